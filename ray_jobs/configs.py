@@ -1,0 +1,60 @@
+"""Hydra wiring: register the dataclass schemas and compose configs (also for tests)."""
+
+from __future__ import annotations
+
+import pkgutil
+from pathlib import Path
+from typing import Sequence
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+import engine.benchmarks
+from engine.benchmarks import get_benchmark
+from engine.config import ClusterConfig, Config, IndexConfig, ModelConfig, RunConfig
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+_registered = False
+
+
+def register() -> None:
+    """Schemas for every group; each benchmark folder contributes ``<name>_schema`` entries."""
+    global _registered
+    if _registered:
+        return
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
+                        ("run", RunConfig)):
+        cs.store(group=group, name=f"{group}_schema", node=node)
+    for mod in pkgutil.iter_modules(engine.benchmarks.__path__):
+        if mod.ispkg:
+            b = get_benchmark(mod.name)
+            cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
+            cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
+    if not OmegaConf.has_resolver("dateline_cache"):
+        from engine.hosting.prepare_model import cache_dir
+
+        OmegaConf.register_new_resolver("dateline_cache", lambda sub="": str(cache_dir() / sub))
+    _registered = True
+
+
+def compose(overrides: Sequence[str] = ()) -> Config:
+    """Compose ``conf/`` like the CLI does and return the typed config (validated)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from engine.config import validate
+
+    register()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        dcfg = hydra_compose(config_name="config", overrides=list(overrides))
+    cfg = to_config(dcfg)
+    validate(cfg)
+    return cfg
+
+
+def to_config(dcfg: object) -> Config:
+    cfg = OmegaConf.to_object(dcfg)  # dataclass instances all the way down
+    assert isinstance(cfg, Config)
+    return cfg

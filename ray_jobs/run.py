@@ -1,0 +1,245 @@
+"""Driver: ``dateline run [overrides]``. Validate the config, plan episodes, skip the finished
+ones, start (or join) Ray, host the model, start the shared index and the episode workers,
+write results to Parquet as they arrive, then reduce to the metrics table.
+
+The store is the source of truth: a re-run with the same config plans only episodes that
+have no ok row yet, and when nothing is left it exits without starting Ray.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.benchmarks import get_benchmark
+from engine.config import Config, stable_hash, to_plain, validate
+from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
+from engine.llm import SamplingParams
+from engine.progress import Progress, table
+from engine.protocol import dumps
+from engine.storage import EpisodeStore, metric_rows
+
+log = logging.getLogger("dateline.run")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Plan:
+    specs: list[EpisodeSpec]
+    todo: list[EpisodeSpec]
+    config_hash: str
+    run_dir: Path
+
+
+def run_dir(cfg: Config) -> Path:
+    p = Path(cfg.run.dir)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:
+    if not uses_model:
+        return {"name": "none"}
+    m = cfg.model
+    return {"name": m.name, "served_name": m.served_name or m.name, "temperature": m.temperature, "top_p": m.top_p}
+
+
+def plan(cfg: Config) -> Plan:
+    bench = get_benchmark(cfg.benchmark.name)
+    uses_model = bench.uses_model(cfg.agent)
+    ident = {
+        "benchmark": to_plain(cfg.benchmark) | {"limit": None},   # the limit picks tasks, not results
+        "model": model_identity(cfg, uses_model),
+        "agent": to_plain(cfg.agent),
+        "retrieval": {"embedding_model": cfg.index.embedding_model, "top_k": cfg.index.top_k,
+                      "threshold": cfg.index.threshold},
+    }
+    config_hash = stable_hash(ident)
+    specs = []
+    for task in bench.load_tasks(cfg):
+        for seed in range(cfg.run.seed, cfg.run.seed + cfg.run.num_seeds):
+            eid = stable_hash(ident, task.task_id, seed)
+            specs.append(EpisodeSpec(eid, config_hash, task, task.task_id, seed))
+    rd = run_dir(cfg)
+    store = EpisodeStore(rd, bench.episode_fields)
+    done = store.finished_ids()
+    todo = [s for s in specs if s.episode_id not in done]
+    return Plan(specs, todo, config_hash, rd)
+
+
+def init_ray(cfg: Config, needed_cpus: float) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", cfg.cluster.ray_auth_mode)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    runtime_env = dict(cfg.cluster.runtime_env)
+    env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                **runtime_env.pop("env_vars", {})}
+    if "DATELINE_CACHE" in os.environ:
+        env_vars["DATELINE_CACHE"] = os.environ["DATELINE_CACHE"]
+    if cfg.cluster.address:
+        ray.init(address=cfg.cluster.address, runtime_env={"env_vars": env_vars, **runtime_env},
+                 log_to_driver=True)
+        return
+    # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
+    num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
+    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env_vars, **runtime_env},
+             log_to_driver=True, logging_level=logging.WARNING)
+
+
+def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
+    """Run the planned episodes on Ray; rows are flushed as they finish."""
+    import ray
+
+    from engine.hosting.replica import ModelPool
+    from engine.dispatch import start_workers
+    from indexes.service import start_index_service
+
+    bench = get_benchmark(cfg.benchmark.name)
+    uses_model = bench.uses_model(cfg.agent)
+    m, c = cfg.model, cfg.cluster
+    hosted = uses_model and m.kind == "vllm"
+    needed = (m.replicas * m.num_cpus if hosted else 0) + cfg.index.num_cpus + c.num_workers * c.worker_num_cpus
+    init_ray(cfg, needed)
+    info: dict[str, Any] = {"episodes_planned": len(p.todo)}
+    t0 = time.time()
+    cache = cfg.index.cache_dir or None
+    if cache is None:
+        from engine.hosting.prepare_model import cache_dir
+
+        cache = str(cache_dir() / "embeddings")
+    index = start_index_service(bench.corpus(cfg), cfg.index.embedding_model, cfg.index.device,
+                                cfg.index.embed_batch_size, cache, cfg.index.num_cpus, cfg.index.num_gpus)
+    pool = ModelPool(m, p.run_dir / "logs")
+    try:
+        endpoints = pool.start() if uses_model else []
+        info["model_startup"] = pool.startup
+        info["index"] = ray.get(index.ready.remote())
+        info["startup_s"] = time.time() - t0
+        log.info("ready in %.0f s: %d endpoint(s), index %s", info["startup_s"], len(endpoints), info["index"])
+        setup = WorkerSetup(
+            benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
+            endpoints=endpoints,
+            sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
+            inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
+            top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model)
+        workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus)
+        pending = {workers[i % len(workers)].run.remote(s): s for i, s in enumerate(p.todo)}
+        progress = Progress(len(p.todo), cfg.run.progress)
+        buf_e: list[dict[str, Any]] = []
+        buf_s: list[dict[str, Any]] = []
+        last_flush = time.monotonic()
+        failures = 0
+        t_run = time.time()
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+                for ref in ready:
+                    pending.pop(ref)
+                    res = ray.get(ref)
+                    buf_e.append(res["episode"])
+                    buf_s.extend(res["steps"])
+                    progress.update(res["episode"])
+                    failures += res["episode"]["status"] != "ok"
+                if buf_e and (time.monotonic() - last_flush >= cfg.run.flush_interval_s or not pending):
+                    store.write_batch(buf_e, buf_s)
+                    buf_e, buf_s, last_flush = [], [], time.monotonic()
+                if cfg.run.max_failures and failures >= cfg.run.max_failures:
+                    log.error("stopping: %d episodes failed (run.max_failures)", failures)
+                    for ref in pending:
+                        ray.cancel(ref)
+                    break
+                progress.render()
+        finally:
+            if buf_e:
+                store.write_batch(buf_e, buf_s)
+        info.update(run_s=time.time() - t_run, failures=failures, steps=progress.steps,
+                    tokens_in=progress.tokens_in, tokens_out=progress.tokens_out,
+                    index_stats=ray.get(index.get_stats.remote()),
+                    replica_seconds=pool.replica_seconds())
+    finally:
+        pool.stop()
+    return info
+
+
+def reduce_metrics(store: EpisodeStore, benchmark: str) -> list[dict[str, Any]]:
+    """Metrics per (model, config) over everything in the store, rewritten whole."""
+    bench = get_benchmark(benchmark)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in store.episodes().to_pylist():
+        if r["benchmark"] == benchmark:
+            groups[(r["model"], r["config_hash"], r["agent"])].append(r)
+    rows: list[dict[str, Any]] = []
+    for (model, chash, agent), eps in sorted(groups.items()):
+        rows += metric_rows(benchmark, model, chash, agent, bench.metrics(eps))
+    store.write_metrics(rows)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
+    mine = [r for r in rows if r["config_hash"] == config_hash]
+    return table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in mine])
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    validate(cfg)
+    t0 = time.time()
+    bench = get_benchmark(cfg.benchmark.name)
+    p = plan(cfg)
+    store = EpisodeStore(p.run_dir, bench.episode_fields)
+    store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
+    log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
+             len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
+    info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
+    if p.todo:
+        try:
+            info.update(execute(cfg, p, store))
+        finally:
+            import ray
+
+            if ray.is_initialized() and not cfg.cluster.address:
+                ray.shutdown()
+    rows = reduce_metrics(store, bench.name)
+    if cfg.run.compact:
+        store.compact()
+    info["wall_s"] = time.time() - t0
+    store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}.json", info)
+    model = cfg.model.name if bench.uses_model(cfg.agent) else "none"
+    sys.stderr.write(f"\n{bench.name} | model {model} | config {p.config_hash} | {p.run_dir}\n")
+    sys.stderr.write(summary(rows, p.config_hash) + "\n")
+    sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
+                     f"{info.get('episodes_planned', 0)} run)\n")
+    return info
+
+
+def quiet_libraries() -> None:
+    for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def hydra_entry() -> None:
+    import hydra
+    from omegaconf import DictConfig
+
+    from ray_jobs.configs import CONF_DIR, register, to_config
+
+    register()
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+    def _main(dcfg: DictConfig) -> None:
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+        quiet_libraries()
+        run(to_config(dcfg))
+
+    _main()
+
+
+if __name__ == "__main__":
+    hydra_entry()

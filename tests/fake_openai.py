@@ -1,0 +1,72 @@
+"""A scripted OpenAI-compatible chat server on loopback, for unit tests of the client path.
+
+It answers ``/v1/chat/completions`` with whatever ``responder(messages, request)`` returns, and
+counts tokens crudely (whitespace words) so token accounting is exercised end to end. It is a
+stand-in for the model only; the real-model tests use vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+Responder = Callable[[list[dict[str, Any]], dict[str, Any]], str]
+
+
+class FakeOpenAI:
+    def __init__(self, responder: Responder, delay_s: float = 0.0) -> None:
+        self.responder = responder
+        self.delay_s = delay_s
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                body = b'{"status": "ok"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                req = json.loads(self.rfile.read(n))
+                outer.requests.append(req)
+                if outer.delay_s:
+                    time.sleep(outer.delay_s)
+                text = outer.responder(req["messages"], req)
+                prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in req["messages"])
+                body = json.dumps({
+                    "id": "fake", "object": "chat.completion", "created": int(time.time()), "model": req["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                              "total_tokens": prompt_tokens + len(text.split())},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeOpenAI":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
