@@ -21,6 +21,9 @@ class FakeOpenAI:
         self.responder = responder
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
+        self.inflight = 0
+        self.max_inflight = 0
+        self._lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,10 +41,17 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", 0))
                 req = json.loads(self.rfile.read(n))
-                outer.requests.append(req)
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                text = outer.responder(req["messages"], req)
+                with outer._lock:
+                    outer.requests.append(req)
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                try:
+                    if outer.delay_s:
+                        time.sleep(outer.delay_s)
+                    text = outer.responder(req["messages"], req)
+                finally:
+                    with outer._lock:
+                        outer.inflight -= 1
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in req["messages"])
                 body = json.dumps({
                     "id": "fake", "object": "chat.completion", "created": int(time.time()), "model": req["model"],
