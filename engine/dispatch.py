@@ -64,12 +64,19 @@ class EpisodeRunner:
         self.index = index
         self.router = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica) if setup.endpoints else None
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        # Live counters over every step taken so far (finished and in-flight episodes).
+        self.live = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
+
+    def _count(self, step: Any) -> None:
+        self.live["steps"] += 1
+        self.live["tokens_in"] += step.tokens_in
+        self.live["tokens_out"] += step.tokens_out
 
     async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
         s = self.setup
         llm = self.router.client_for(spec.episode_id) if (self.router and s.uses_model) else None
         ctx = EpisodeContext(episode_id=spec.episode_id, seed=spec.seed, agent=s.agent, llm=llm,
-                             index=self.index, top_k=s.top_k, threshold=s.threshold)
+                             index=self.index, top_k=s.top_k, threshold=s.threshold, on_step=self._count)
         started = time.time()
         row: dict[str, Any] = {
             "episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": s.benchmark,
@@ -104,6 +111,9 @@ class EpisodeWorker:
 
     async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
         return await self.runner.run(spec)
+
+    async def live(self) -> dict[str, int]:
+        return dict(self.runner.live)
 
     async def ping(self) -> str:
         await asyncio.sleep(0)

@@ -23,10 +23,11 @@ class Progress:
     def update(self, episode: dict[str, Any]) -> None:
         self.done += 1
         self.failed += episode.get("status") != "ok"
-        self.steps += int(episode.get("n_steps") or 0)
-        self.tokens_in += int(episode.get("tokens_in") or 0)
-        self.tokens_out += int(episode.get("tokens_out") or 0)
         self.render()
+
+    def set_live(self, steps: int, tokens_in: int, tokens_out: int) -> None:
+        """Counters over all steps so far, in-flight episodes included (polled from workers)."""
+        self.steps, self.tokens_in, self.tokens_out = steps, tokens_in, tokens_out
 
     def line(self) -> str:
         el = max(time.monotonic() - self.t0, 1e-9)

@@ -67,10 +67,13 @@ class EpisodeContext:
     top_k: int = 5
     threshold: float | None = 0.7
     steps: list[StepRecord] = field(default_factory=list)
+    on_step: Any = None                   # callback(StepRecord), for live progress
 
     def record(self, **kw: Any) -> StepRecord:
         rec = StepRecord(step=len(self.steps), **kw)
         self.steps.append(rec)
+        if self.on_step is not None:
+            self.on_step(rec)
         return rec
 
 

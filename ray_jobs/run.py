@@ -135,8 +135,19 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
         progress = Progress(len(p.todo), cfg.run.progress)
         buf_e: list[dict[str, Any]] = []
         buf_s: list[dict[str, Any]] = []
-        last_flush = time.monotonic()
+        last_flush = last_poll = time.monotonic()
         failures = 0
+        totals = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
+
+        def poll_live() -> None:
+            try:
+                lives = ray.get([w.live.remote() for w in workers], timeout=10)
+            except Exception:  # progress is best effort
+                return
+            for key in totals:
+                totals[key] = sum(x[key] for x in lives)
+            progress.set_live(totals["steps"], totals["tokens_in"], totals["tokens_out"])
+
         t_run = time.time()
         try:
             while pending:
@@ -156,7 +167,11 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
                     for ref in pending:
                         ray.cancel(ref)
                     break
+                if time.monotonic() - last_poll >= 5.0:
+                    poll_live()
+                    last_poll = time.monotonic()
                 progress.render()
+            poll_live()
         finally:
             if buf_e:
                 store.write_batch(buf_e, buf_s)

@@ -21,7 +21,7 @@ from tests.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-never-written-anywhere"
-N = 12
+N = 16
 
 
 def driver(base_url: str, run_dir: Path, extra: list[str] = ()) -> subprocess.Popen:
@@ -41,11 +41,11 @@ def shards(run_dir: Path) -> int:
 @pytest.mark.timeout(600)
 def test_kill_and_resume(tmp_path):
     run_dir = tmp_path / "run"
-    with FakeOpenAI(scripted_writer, delay_s=0.4) as srv:
+    with FakeOpenAI(scripted_writer, delay_s=1.0) as srv:
         p = driver(srv.base_url, run_dir)
         deadline = time.time() + 300
-        while shards(run_dir) < 2 and time.time() < deadline and p.poll() is None:
-            time.sleep(0.2)
+        while shards(run_dir) < 1 and time.time() < deadline and p.poll() is None:
+            time.sleep(0.05)
         assert p.poll() is None, "driver finished before it could be killed:\n" + p.stdout.read()
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
@@ -76,7 +76,7 @@ def test_kill_and_resume(tmp_path):
         p3 = driver(srv.base_url, run_dir)
         out, _ = p3.communicate(timeout=120)
         assert p3.returncode == 0 and srv.requests == []
-    assert "12 episodes reused, 0 run" in out
+    assert f"{N} episodes reused, 0 run" in out
 
     for f in run_dir.rglob("*"):
         if f.is_file():
