@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +112,7 @@ class Router:
     _clients: dict[int, ChatClient] = field(default_factory=dict)
 
     def client_for(self, episode_id: str) -> ChatClient:
-        i = int(episode_id[:12], 16) % len(self.endpoints) if len(self.endpoints) > 1 else 0
+        i = zlib.crc32(episode_id.encode()) % len(self.endpoints)
         if i not in self._clients:
             self._clients[i] = ChatClient(self.endpoints[i], self.sampling, self.max_inflight_per_replica)
         return self._clients[i]
