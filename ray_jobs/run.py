@@ -22,7 +22,6 @@ from engine.config import Config, stable_hash, to_plain, validate
 from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
-from engine.protocol import dumps
 from engine.storage import EpisodeStore, metric_rows
 
 log = logging.getLogger("dateline.run")

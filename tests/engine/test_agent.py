@@ -7,7 +7,6 @@ import asyncio
 import json
 import re
 
-import pytest
 
 from engine.benchmarks.newsagent import prompts
 from engine.config import NewsagentAgentConfig

@@ -16,7 +16,7 @@ from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Ret
 from engine.errors import ConfigError
 from indexes.corpus import Document
 from indexes.embeddings import EmbeddingCache, embed_with_cache, resolve_model_path
-from indexes.service import IndexService, LocalIndex
+from indexes.service import IndexService
 
 WORDS = ["council", "pool", "flood", "strike", "vote", "manager", "robotics", "jobs", "measles", "tram", "museum",
          "drought", "ferry", "trial", "appeal", "festival", "heatwave", "merger", "fiber", "stadium", "water"]

@@ -37,12 +37,18 @@ def _record_outcome(ctx: EpisodeContext, turn: str, obs: str, completion: Any, a
                latency_s=completion.latency_s if completion else 0.0)
 
 
-async def _one_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str) -> None:
+async def _ask(env: NewsEnvironment, ctx: EpisodeContext, system: str,
+               schema: dict[str, Any]) -> tuple[str, list[dict[str, str]], Any]:
+    """One model turn on the current observation; the schema applies when guided_json is on."""
     cfg = ctx.agent
     obs = prompts.observation(env, cfg.max_retrieved_in_observation)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": obs}]
-    comp = await ctx.llm.chat(messages, cfg.max_tokens_action,
-                              json_schema=prompts.ONE_STEP_SCHEMA if cfg.guided_json else None)
+    comp = await ctx.llm.chat(messages, cfg.max_tokens_action, json_schema=schema if cfg.guided_json else None)
+    return obs, messages, comp
+
+
+async def _one_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str) -> None:
+    obs, _, comp = await _ask(env, ctx, system, prompts.ONE_STEP_SCHEMA)
     try:
         action = parse_action(comp.text)
     except ParseError as e:
@@ -53,10 +59,7 @@ async def _one_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str)
 
 async def _two_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str) -> None:
     cfg = ctx.agent
-    obs = prompts.observation(env, cfg.max_retrieved_in_observation)
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": obs}]
-    comp = await ctx.llm.chat(messages, cfg.max_tokens_action,
-                              json_schema=prompts.CHOOSE_SCHEMA if cfg.guided_json else None)
+    obs, messages, comp = await _ask(env, ctx, system, prompts.CHOOSE_SCHEMA)
     try:
         kind = parse_kind(first_json_object(comp.text))
     except ParseError as e:

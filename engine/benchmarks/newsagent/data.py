@@ -22,9 +22,10 @@ import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from engine.errors import DataError
+from engine.jsonl import read_jsonl
 
 OBJECT_KINDS = ("description", "caption", "quote")
 
@@ -62,22 +63,6 @@ class NewsDataset:
         return self._by_id[object_id]
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, i, None, f"invalid JSON: {e.msg} at column {e.colno}") from None
-            if not isinstance(row, dict):
-                raise DataError(path, i, None, f"expected a JSON object, got {type(row).__name__}")
-            yield i, row
-
-
 def _str(path: Path, i: int, row: dict[str, Any], key: str, required: bool = True) -> str:
     if key not in row:
         if required:
@@ -111,7 +96,7 @@ def _str_list(path: Path, i: int, row: dict[str, Any], key: str, required: bool 
 def load_objects(path: Path) -> list[HistoricalObject]:
     objects: list[HistoricalObject] = []
     seen: dict[str, int] = {}
-    for i, row in _rows(path):
+    for i, row in read_jsonl(path):
         oid = _str(path, i, row, "object_id")
         if oid in seen:
             raise DataError(path, i, "object_id", f"duplicate id {oid!r} (first at row {seen[oid]})")
@@ -127,7 +112,7 @@ def load_objects(path: Path) -> list[HistoricalObject]:
 def load_tasks(path: Path, objects: dict[str, HistoricalObject] | None = None) -> list[NewsTask]:
     tasks: list[NewsTask] = []
     seen: dict[str, int] = {}
-    for i, row in _rows(path):
+    for i, row in read_jsonl(path):
         tid = _str(path, i, row, "task_id")
         if tid in seen:
             raise DataError(path, i, "task_id", f"duplicate id {tid!r} (first at row {seen[tid]})")

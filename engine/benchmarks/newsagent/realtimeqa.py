@@ -73,7 +73,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import datetime as dt
-import gzip
 import hashlib
 import json
 import logging
@@ -81,15 +80,15 @@ import math
 import re
 import sys
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
 from engine.errors import DataError
+from engine.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -295,25 +294,6 @@ def _parse_date(path: Path, row: int, fld: str, raw: Any) -> dt.date:
         raise DataError(path, row, fld, f"expected a date YYYY/MM/DD, got {raw!r:.60}") from None
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    row = 0
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for row, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(path, row, None, f"invalid JSON: {e.msg} at column {e.colno}") from None
-                if not isinstance(obj, dict):
-                    raise DataError(path, row, None, f"expected a JSON object, got {type(obj).__name__}")
-                yield row, obj
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
-        raise DataError(path, row + 1, None, f"cannot read: {e}") from None
-
-
 def _req_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "") -> str:
     fld = where + key
     if key not in obj or obj[key] is None:
@@ -385,7 +365,7 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
     questions: dict[str, _Question] = {}
     where_q: dict[str, tuple[Path, int]] = {}
     for _, qa_path, _ in files:
-        for row, obj in _read_jsonl(qa_path):
+        for row, obj in read_jsonl(qa_path):
             qid = _req_str(qa_path, row, obj, "question_id")
             if qid in questions:
                 first = where_q[qid]
@@ -399,7 +379,7 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
     seen_gcs: dict[str, tuple[Path, int]] = {}
     results = 0
     for _, _, gcs_path in files:
-        for row, obj in _read_jsonl(gcs_path):
+        for row, obj in read_jsonl(gcs_path):
             qid = _req_str(gcs_path, row, obj, "question_id")
             if qid in seen_gcs:
                 first = seen_gcs[qid]
