@@ -218,7 +218,7 @@ def run(cfg: Config) -> dict[str, Any]:
         finally:
             import ray
 
-            if ray.is_initialized() and not cfg.cluster.address:
+            if ray.is_initialized():  # stops a local cluster; only disconnects from an existing one
                 ray.shutdown()
     rows = reduce_metrics(store, bench.name)
     if cfg.run.compact:
