@@ -125,7 +125,8 @@ def start_workers(setup: WorkerSetup, index_handle: Any, num_workers: int, episo
     import ray
 
     actor_cls = ray.remote(EpisodeWorker)
-    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker).remote(
+    # One slot more than the episodes the driver gives a worker at once: progress polls never wait.
+    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker + 1).remote(
         setup, index_handle, f"worker-{i}") for i in range(num_workers)]
 
 

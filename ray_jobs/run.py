@@ -130,7 +130,18 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
             inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
             top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model)
         workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus)
-        pending = {workers[i % len(workers)].run.remote(s): s for i, s in enumerate(p.todo)}
+        # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
+        # finish: faster workers take more, and the actor keeps a free slot for progress polls.
+        queue = list(reversed(p.todo))
+        pending: dict[Any, int] = {}
+
+        def submit(w: int) -> None:
+            if queue:
+                pending[workers[w].run.remote(queue.pop())] = w
+
+        for _ in range(c.episodes_per_worker):
+            for w in range(len(workers)):
+                submit(w)
         progress = Progress(len(p.todo), cfg.run.progress)
         buf_e: list[dict[str, Any]] = []
         buf_s: list[dict[str, Any]] = []
@@ -152,7 +163,7 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 for ref in ready:
-                    pending.pop(ref)
+                    submit(pending.pop(ref))
                     res = ray.get(ref)
                     buf_e.append(res["episode"])
                     buf_s.extend(res["steps"])
@@ -161,11 +172,10 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
                 if buf_e and (time.monotonic() - last_flush >= cfg.run.flush_interval_s or not pending):
                     store.write_batch(buf_e, buf_s)
                     buf_e, buf_s, last_flush = [], [], time.monotonic()
-                if cfg.run.max_failures and failures >= cfg.run.max_failures:
-                    log.error("stopping: %d episodes failed (run.max_failures)", failures)
-                    for ref in pending:
-                        ray.cancel(ref)
-                    break
+                if cfg.run.max_failures and failures >= cfg.run.max_failures and queue:
+                    log.error("stopping: %d episodes failed (run.max_failures); in-flight ones finish",
+                              failures)
+                    queue.clear()
                 if time.monotonic() - last_poll >= 5.0:
                     poll_live()
                     last_poll = time.monotonic()
