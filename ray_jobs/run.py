@@ -163,19 +163,20 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 for ref in ready:
-                    submit(pending.pop(ref))
+                    worker = pending.pop(ref)
                     res = ray.get(ref)
                     buf_e.append(res["episode"])
                     buf_s.extend(res["steps"])
                     progress.update(res["episode"])
                     failures += res["episode"]["status"] != "ok"
+                    if cfg.run.max_failures and failures >= cfg.run.max_failures and queue:
+                        log.error("stopping: %d episodes failed (run.max_failures); in-flight ones finish",
+                                  failures)
+                        queue.clear()
+                    submit(worker)
                 if buf_e and (time.monotonic() - last_flush >= cfg.run.flush_interval_s or not pending):
                     store.write_batch(buf_e, buf_s)
                     buf_e, buf_s, last_flush = [], [], time.monotonic()
-                if cfg.run.max_failures and failures >= cfg.run.max_failures and queue:
-                    log.error("stopping: %d episodes failed (run.max_failures); in-flight ones finish",
-                              failures)
-                    queue.clear()
                 if time.monotonic() - last_poll >= 5.0:
                     poll_live()
                     last_poll = time.monotonic()

@@ -81,3 +81,16 @@ def test_kill_and_resume(tmp_path):
     for f in run_dir.rglob("*"):
         if f.is_file():
             assert SECRET.encode() not in f.read_bytes(), f"API key written to {f}"
+
+
+@pytest.mark.timeout(300)
+def test_max_failures_stops_planning_new_episodes(tmp_path):
+    """An endpoint that is down: each episode is an error row; the run stops after max_failures."""
+    run_dir = tmp_path / "run"
+    p = driver("http://127.0.0.1:9/v1", run_dir, ["run.max_failures=2", "cluster.num_workers=1",
+                                                   "cluster.episodes_per_worker=1", "model.max_retries=0"])
+    out, _ = p.communicate(timeout=280)
+    assert p.returncode == 0, out
+    eps = EpisodeStore(run_dir, BENCHMARK.episode_fields).episodes().to_pylist()
+    assert len(eps) == 2 and all(e["status"] == "error" and "GenerationError" in e["error"] for e in eps)
+    assert "stopping: 2 episodes failed" in out
