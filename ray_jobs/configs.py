@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pkgutil
 from pathlib import Path
 from typing import Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-import engine.benchmarks
-from engine.benchmarks import get_benchmark
+from engine.benchmarks import get_benchmark, runnable_benchmarks
 from engine.config import ClusterConfig, Config, IndexConfig, ModelConfig, RunConfig
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -27,11 +25,10 @@ def register() -> None:
     for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
                         ("run", RunConfig)):
         cs.store(group=group, name=f"{group}_schema", node=node)
-    for mod in pkgutil.iter_modules(engine.benchmarks.__path__):
-        if mod.ispkg:
-            b = get_benchmark(mod.name)
-            cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
-            cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
+    for name in runnable_benchmarks():
+        b = get_benchmark(name)
+        cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
+        cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
     if not OmegaConf.has_resolver("dateline_cache"):
         from engine.hosting.prepare_model import cache_dir
 

@@ -21,4 +21,17 @@ def get_benchmark(name: str) -> Any:
         if e.name == f"engine.benchmarks.{name}":
             raise ConfigError(f"benchmark.name: no benchmark folder engine/benchmarks/{name}/") from None
         raise
+    if not hasattr(module, "BENCHMARK"):
+        raise ConfigError(f"benchmark.name: engine/benchmarks/{name}/ defines no BENCHMARK (not runnable yet)")
     return module.BENCHMARK
+
+
+def runnable_benchmarks() -> list[str]:
+    """Folders that implement the protocol (a folder still being built is skipped)."""
+    import pkgutil
+
+    names = []
+    for mod in pkgutil.iter_modules(__path__):
+        if mod.ispkg and hasattr(importlib.import_module(f"{__name__}.{mod.name}"), "BENCHMARK"):
+            names.append(mod.name)
+    return names
