@@ -73,6 +73,11 @@ def snippet(text: str, query: str, words: int = 40) -> str:
     return ("... " if start else "") + out + (" ..." if start + words < len(tokens) else "")
 
 
+def blocked_domains(blocked: Iterable[str]) -> set[str]:
+    """Blocklist entries (hosts or URLs) as registered domains, the form pages are matched on."""
+    return {registered_domain(b) for b in blocked}
+
+
 class OfflineWeb:
     def __init__(self, pages: Iterable[WebPage]) -> None:
         by_url: dict[str, WebPage] = {}
@@ -88,7 +93,7 @@ class OfflineWeb:
                 before: dt.date | None = None) -> np.ndarray:
         """Mask of searchable pages: domain not blocked; with a window, dated inside it
         (``after`` inclusive, ``before`` exclusive); undated pages are excluded when a window is set."""
-        blocked_set = {registered_domain(b) for b in blocked}
+        blocked_set = blocked_domains(blocked)
         mask = ~np.isin(self.domains, list(blocked_set)) if blocked_set else np.ones(len(self.pages), bool)
         if after is not None or before is not None:
             mask &= self.days >= 0
@@ -109,7 +114,7 @@ class OfflineWeb:
         url = url.strip()
         if url not in set(returned):
             raise VisitRefused(f"{url} was not returned by an earlier search")
-        if registered_domain(url) in {registered_domain(b) for b in blocked}:
+        if registered_domain(url) in blocked_domains(blocked):
             raise VisitRefused(f"{url} is on a blocked domain")
         page = self.by_url[url]
         tokens = re.split(r"(\s+)", page.text)
