@@ -141,13 +141,30 @@ class NewsagentAgentConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """Who runs a benchmark's judge stage (after generation, batched). ``hosted`` uses the run's
+    own model endpoints (the vLLM replicas it hosts, or its external endpoint; no second server); ``openai_compatible`` any endpoint; ``none`` skips it
+    (judgements stay missing and are reported as such, never guessed)."""
+    kind: str = "hosted"
+    name: str = ""                 # defaults to the hosted model's name
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = ""
+    temperature: float = 0.0
+    max_attempts: int = 2          # a malformed judgement is retried, then recorded as a failure
+    max_inflight: int = 8
+    request_timeout_s: float = 300.0
+
+
+@dataclass
 class Config:
-    benchmark: Any = field(default_factory=NewsagentBenchmarkConfig)
-    agent: Any = field(default_factory=NewsagentAgentConfig)
+    benchmark: Any = None          # the benchmark group's schema (from its folder)
+    agent: Any = None              # the agent group's schema
     model: ModelConfig = field(default_factory=ModelConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
 
 
 def to_plain(obj: Any) -> Any:
@@ -203,6 +220,21 @@ def validate(cfg: Config) -> None:
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
     _check(bool(r.dir), "run.dir", "required")
+    j = cfg.judge
+    _check(j.kind in ("hosted", "openai_compatible", "none"), "judge.kind",
+           f"must be hosted, openai_compatible or none, got {j.kind!r}")
+    if j.kind == "openai_compatible":
+        _check(bool(j.base_url) and bool(j.model), "judge.base_url", "base_url and model are required")
+        if j.api_key_env:
+            _check(j.api_key_env in os.environ, "judge.api_key_env",
+                   f"environment variable {j.api_key_env!r} is not set")
+    _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
     from engine.benchmarks import get_benchmark
 
-    get_benchmark(cfg.benchmark.name).validate(cfg)
+    bench = get_benchmark(cfg.benchmark.name)
+    _check(isinstance(cfg.benchmark, bench.benchmark_schema), "benchmark",
+           f"expected a {bench.benchmark_schema.__name__}, got {type(cfg.benchmark).__name__}")
+    _check(isinstance(cfg.agent, bench.agent_schema), "agent",
+           f"benchmark {bench.name} needs an agent config of its own (agent={bench.name} or a variant), "
+           f"got {type(cfg.agent).__name__}")
+    bench.validate(cfg)

@@ -49,6 +49,7 @@ class WorkerSetup:
     top_k: int
     threshold: float | None
     uses_model: bool = True
+    data_json: str = ""        # benchmark config as JSON (without the task limit)
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -58,10 +59,12 @@ def _utc(ts: float) -> dt.datetime:
 class EpisodeRunner:
     """Runs episodes in this process (the worker actor wraps it; tests use it directly)."""
 
-    def __init__(self, setup: WorkerSetup, index: IndexClient, name: str = "") -> None:
+    def __init__(self, setup: WorkerSetup, index: IndexClient | None, name: str = "",
+                 services: dict[str, Any] | None = None) -> None:
         self.setup = setup
         self.benchmark = get_benchmark(setup.benchmark)
         self.index = index
+        self.services = services or {}
         self.router = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica) if setup.endpoints else None
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         # Live counters over every step taken so far (finished and in-flight episodes).
@@ -76,12 +79,13 @@ class EpisodeRunner:
         s = self.setup
         llm = self.router.client_for(spec.episode_id) if (self.router and s.uses_model) else None
         ctx = EpisodeContext(episode_id=spec.episode_id, seed=spec.seed, agent=s.agent, llm=llm,
-                             index=self.index, top_k=s.top_k, threshold=s.threshold, on_step=self._count)
+                             index=self.index, top_k=s.top_k, threshold=s.threshold, on_step=self._count,
+                             services=self.services)
         started = time.time()
         row: dict[str, Any] = {
             "episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": s.benchmark,
             "task_id": spec.task_id, "model": s.model_name if s.uses_model else "none", "agent": s.agent_json,
-            "seed": spec.seed, "worker": self.name, "replica": llm.endpoint.replica if llm else -1,
+            "data": s.data_json, "seed": spec.seed, "worker": self.name, "replica": llm.endpoint.replica if llm else -1,
         }
         try:
             outcome = await self.benchmark.run_episode(spec.task, ctx)
@@ -101,13 +105,17 @@ class EpisodeRunner:
 class EpisodeWorker:
     """Body of the worker actor (made remote in :func:`start_workers`)."""
 
-    def __init__(self, setup: WorkerSetup, index_handle: Any, name: str) -> None:
+    def __init__(self, setup: WorkerSetup, index_handle: Any, name: str,
+                 service_handles: dict[str, Any] | None = None) -> None:
         logging.basicConfig(level=logging.WARNING)
-        for name in ("httpx", "httpx2", "openai"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        for logger in ("httpx", "httpx2", "openai"):
+            logging.getLogger(logger).setLevel(logging.WARNING)
+        from engine.services import RemoteService
         from indexes.service import RemoteIndex
 
-        self.runner = EpisodeRunner(setup, RemoteIndex(index_handle), name)
+        services = {k: RemoteService(h) for k, h in (service_handles or {}).items()}
+        index = RemoteIndex(index_handle) if index_handle is not None else None
+        self.runner = EpisodeRunner(setup, index, name, services)
 
     async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
         return await self.runner.run(spec)
@@ -121,13 +129,13 @@ class EpisodeWorker:
 
 
 def start_workers(setup: WorkerSetup, index_handle: Any, num_workers: int, episodes_per_worker: int,
-                  num_cpus: float) -> list[Any]:
+                  num_cpus: float, service_handles: dict[str, Any] | None = None) -> list[Any]:
     import ray
 
     actor_cls = ray.remote(EpisodeWorker)
     # One slot more than the episodes the driver gives a worker at once: progress polls never wait.
     return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker + 1).remote(
-        setup, index_handle, f"worker-{i}") for i in range(num_workers)]
+        setup, index_handle, f"worker-{i}", service_handles) for i in range(num_workers)]
 
 
 def agent_json(agent_cfg: Any) -> str:

@@ -52,6 +52,11 @@ class GenerationError(RuntimeError):
     """The endpoint failed after retries (the episode records it and ends)."""
 
 
+class RequestRejected(GenerationError):
+    """The server refused this request (HTTP 4xx, e.g. the prompt exceeds the context window).
+    A property of the episode, not of the infrastructure: benchmarks may record it as a result."""
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 0.0
@@ -74,7 +79,10 @@ class ChatClient:
         self.usage = Usage()
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
-                   json_schema: dict[str, Any] | None = None, seed: int | None = None) -> Completion:
+                   json_schema: dict[str, Any] | None = None, seed: int | None = None,
+                   regex: str | None = None) -> Completion:
+        """One chat completion. ``json_schema`` / ``regex`` constrain decoding (vLLM structured
+        outputs; ``regex`` is vLLM-specific and sent as ``structured_outputs``)."""
         kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
                                       temperature=self.sampling.temperature, top_p=self.sampling.top_p)
         s = seed if seed is not None else self.sampling.seed
@@ -83,11 +91,16 @@ class ChatClient:
         if json_schema is not None:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "action", "schema": json_schema}}
+        if regex is not None:
+            kwargs["extra_body"] = {"structured_outputs": {"regex": regex}}
         async with self._slots:
             t0 = time.perf_counter()
             try:
                 resp = await self._client.chat.completions.create(**kwargs)
             except Exception as e:  # openai raises typed errors; all end the episode the same way
+                status = getattr(e, "status_code", None)
+                if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404, 408, 429):
+                    raise RequestRejected(f"{type(e).__name__}: {e}") from e
                 raise GenerationError(f"{type(e).__name__}: {e}") from e
             latency = time.perf_counter() - t0
         choice = resp.choices[0]

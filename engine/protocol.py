@@ -9,7 +9,14 @@ A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an objec
 * ``episode_fields``: the extra, typed columns of its ``episodes`` rows,
 * ``run_episode(task, ctx)``: one episode, async, given an :class:`EpisodeContext`,
 * ``uses_model(agent_cfg)``: False for model-free baselines (no replica is started),
-* ``metrics(rows)``: metric rows from finished episode rows.
+* ``metrics(rows)``: metric rows from finished episode rows (with their judgements),
+
+and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of them:
+
+* ``services(cfg)``: benchmark-specific Ray actors episodes talk to (livenews's offline web),
+* ``judge_requests(row)`` / ``parse_judgement(key, text)``: the judge stage that runs after
+  generation, batched over all episodes (livenews's grader),
+* ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark.
 """
@@ -64,11 +71,12 @@ class EpisodeContext:
     seed: int
     agent: Any                       # the benchmark's agent config dataclass
     llm: Any                         # engine.llm.ChatClient, or None for model-free baselines
-    index: IndexClient
+    index: IndexClient | None
     top_k: int = 5
     threshold: float | None = 0.7
     steps: list[StepRecord] = field(default_factory=list)
     on_step: Any = None                   # callback(StepRecord), for live progress
+    services: dict[str, Any] = field(default_factory=dict)   # name -> async proxy of a ServiceSpec actor
 
     def record(self, **kw: Any) -> StepRecord:
         rec = StepRecord(step=len(self.steps), **kw)
@@ -92,6 +100,27 @@ class MetricRow:
     n: int
 
 
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A benchmark-specific actor: ``factory(**kwargs)`` is built once per run (as a Ray actor on
+    a cluster, in-process in tests) and every episode reaches it as ``ctx.services[name]``,
+    whose methods are awaited. Keep kwargs small (paths, configs): the actor loads its own data."""
+    name: str
+    factory: Any
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_cpus: float = 0.5
+    identity: str = ""            # equal identities share one actor across the runs of a sweep
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judge call for one episode; ``key`` names it within the episode (e.g. "grade")."""
+    episode_id: str
+    key: str
+    messages: list[dict[str, str]]
+    max_tokens: int = 16
+
+
 class Benchmark(Protocol):
     name: str
     benchmark_schema: type
@@ -104,6 +133,32 @@ class Benchmark(Protocol):
     async def run_episode(self, task: Any, ctx: EpisodeContext) -> EpisodeOutcome: ...
     def uses_model(self, agent_cfg: Any) -> bool: ...
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]: ...
+    def services(self, cfg: Any) -> list[ServiceSpec]: ...
+    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]: ...
+    def parse_judgement(self, key: str, text: str) -> str | None: ...
+    def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]: ...
+
+
+class BenchmarkBase:
+    """Defaults for the optional parts of the protocol."""
+
+    def uses_model(self, agent_cfg: Any) -> bool:
+        return True
+
+    def corpus(self, cfg: Any) -> list[Document]:
+        return []
+
+    def services(self, cfg: Any) -> list[ServiceSpec]:
+        return []
+
+    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]:
+        return []
+
+    def parse_judgement(self, key: str, text: str) -> str | None:
+        raise NotImplementedError(f"{type(self).__name__} asked for judgements but cannot parse them")
+
+    def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
+        return {}
 
 
 def dumps(obj: Any) -> str:

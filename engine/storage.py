@@ -35,6 +35,7 @@ EPISODE_FIELDS = [
     pa.field("task_id", pa.string()),
     pa.field("model", pa.string()),
     pa.field("agent", pa.string()),          # agent config as JSON
+    pa.field("data", pa.string()),           # benchmark config as JSON, without the task limit
     pa.field("seed", pa.int64()),
     pa.field("status", pa.string()),         # ok | error
     pa.field("error", pa.string()),
@@ -67,8 +68,23 @@ STEP_SCHEMA = pa.schema([
 
 METRIC_SCHEMA = pa.schema([
     pa.field("benchmark", pa.string()), pa.field("model", pa.string()), pa.field("config_hash", pa.string()),
-    pa.field("agent", pa.string()), pa.field("metric", pa.string()), pa.field("value", pa.float64()),
-    pa.field("n", pa.int64()),
+    pa.field("agent", pa.string()), pa.field("data", pa.string()), pa.field("metric", pa.string()),
+    pa.field("value", pa.float64()), pa.field("n", pa.int64()),
+])
+
+JUDGEMENT_SCHEMA = pa.schema([
+    pa.field("episode_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("judge", pa.string()),          # judge identity (model, sampling, prompt version)
+    pa.field("key", pa.string()),            # which judgement of the episode (e.g. "grade")
+    pa.field("value", pa.string()),          # parsed value; null when every attempt was malformed
+    pa.field("ok", pa.bool_()),
+    pa.field("attempts", pa.int32()),
+    pa.field("raw_output", pa.string()),     # the last attempt's text
+    pa.field("error", pa.string()),
+    pa.field("tokens_in", pa.int64()),
+    pa.field("tokens_out", pa.int64()),
+    pa.field("latency_s", pa.float64()),
 ])
 
 
@@ -80,7 +96,7 @@ class EpisodeStore:
     def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = ()) -> None:
         self.root = Path(run_dir)
         self.schema = episode_schema(extra_fields)
-        for sub in ("episodes", "steps", "metrics", "_staging"):
+        for sub in ("episodes", "steps", "metrics", "judgements", "_staging"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     # -- writing ---------------------------------------------------------------------------
@@ -107,6 +123,33 @@ class EpisodeStore:
         self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
         return batch_id
 
+    def write_judgements(self, rows: list[dict[str, Any]]) -> str:
+        """One shard of judge results (the judge stage flushes as it goes)."""
+        if not rows:
+            return ""
+        batch_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        for r in rows:
+            r["batch_id"] = batch_id
+        self._write(pa.Table.from_pylist(rows, schema=JUDGEMENT_SCHEMA), "judgements", f"part-{batch_id}.parquet")
+        return batch_id
+
+    def judgements(self, judge: str | None = None) -> dict[str, dict[str, str | None]]:
+        """``{episode_id: {key: value}}`` for one judge (all judges when None); per (episode, key)
+        an ok row wins over a failed one, then the newest. A failed judgement maps to None."""
+        table = self._read("judgements", JUDGEMENT_SCHEMA)
+        best: dict[tuple[str, str], tuple[tuple[int, str], str | None]] = {}
+        for r in table.select(["episode_id", "judge", "key", "value", "ok", "batch_id"]).to_pylist():
+            if judge is not None and r["judge"] != judge:
+                continue
+            k = (r["episode_id"], r["key"])
+            rank = (1 if r["ok"] else 0, r["batch_id"])
+            if k not in best or rank > best[k][0]:
+                best[k] = (rank, r["value"] if r["ok"] else None)
+        out: dict[str, dict[str, str | None]] = {}
+        for (eid, key), (_, value) in best.items():
+            out.setdefault(eid, {})[key] = value
+        return out
+
     def write_metrics(self, rows: list[dict[str, Any]]) -> Path:
         return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
 
@@ -120,8 +163,14 @@ class EpisodeStore:
         files = sorted((self.root / sub).glob("part-*.parquet"))
         if not files:
             return schema.empty_table()
-        tables = [pq.read_table(f) for f in files]
-        return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+        tables = []
+        for f in files:
+            t = pq.read_table(f)
+            for name in schema.names:           # shards written before a column existed: nulls
+                if name not in t.column_names:
+                    t = t.append_column(schema.field(name), pa.nulls(t.num_rows, schema.field(name).type))
+            tables.append(t.select(schema.names).cast(schema))
+        return pa.concat_tables(tables)
 
     def episodes(self) -> pa.Table:
         """Deduplicated episodes: per id, an ok row over an error row, then the newest."""
@@ -159,7 +208,7 @@ class EpisodeStore:
 
     def finished_ids(self) -> set[str]:
         """Ids of episodes that need no re-run (status ok)."""
-        table = self._read("episodes", pa.schema([EPISODE_FIELDS[0], EPISODE_FIELDS[8]]))
+        table = self._read("episodes", pa.schema([f for f in EPISODE_FIELDS if f.name in ("episode_id", "status")]))
         return {r["episode_id"] for r in table.to_pylist() if r["status"] == "ok"}
 
     # -- maintenance -----------------------------------------------------------------------
@@ -179,7 +228,7 @@ def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:
     return [{"episode_id": episode_id, **asdict(s)} for s in steps]
 
 
-def metric_rows(benchmark: str, model: str, config_hash: str, agent: str,
+def metric_rows(benchmark: str, model: str, config_hash: str, agent: str, data: str,
                 rows: list[MetricRow]) -> list[dict[str, Any]]:
-    return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent,
+    return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent, "data": data,
              "metric": m.metric, "value": m.value, "n": m.n} for m in rows]

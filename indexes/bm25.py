@@ -39,7 +39,7 @@ class BM25Index:
         self.k1, self.b = k1, b
         self.n = len(texts)
         postings: dict[str, tuple[list[int], list[int]]] = {}
-        lengths = np.zeros(self.n, dtype=np.float32)
+        lengths = np.zeros(self.n, dtype=np.float64)
         for doc, text in enumerate(texts):
             counts = Counter(tokenize(text))
             lengths[doc] = sum(counts.values())
@@ -49,17 +49,17 @@ class BM25Index:
                 tfs.append(tf)
         self.lengths = lengths
         self.avgdl = float(lengths.mean()) if self.n else 0.0
-        self.postings = {t: (np.asarray(d, dtype=np.int32), np.asarray(f, dtype=np.float32))
+        self.postings = {t: (np.asarray(d, dtype=np.int32), np.asarray(f, dtype=np.float64))
                          for t, (d, f) in postings.items()}
         self.idf = {t: self._idf(len(d)) for t, (d, _) in self.postings.items()}
         # Per-document length normalisation, precomputed once.
-        self._norm = (k1 * (1 - b + b * lengths / self.avgdl)).astype(np.float32) if self.n else lengths
+        self._norm = k1 * (1 - b + b * lengths / self.avgdl) if self.n else lengths
 
     def _idf(self, df: int) -> float:
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
     def scores(self, query: str) -> np.ndarray:
-        out = np.zeros(self.n, dtype=np.float32)
+        out = np.zeros(self.n, dtype=np.float64)
         for term, qtf in Counter(tokenize(query)).items():
             if term not in self.postings:
                 continue

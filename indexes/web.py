@@ -60,13 +60,20 @@ class VisitRefused(Exception):
     """A visit the environment refuses (never returned by a search, or blocked)."""
 
 
+_SPLIT = re.compile(r"[^a-z0-9]+")
+
+
+def _split(token: str) -> list[str]:
+    return _SPLIT.split(token.lower())
+
+
 def snippet(text: str, query: str, words: int = 40) -> str:
     """The window of ``words`` words holding the most query terms (first such window)."""
     tokens = text.split()
     if len(tokens) <= words:
         return " ".join(tokens)
     terms = set(tokenize(query))
-    hits = np.array([1 if set(tokenize(t)) & terms else 0 for t in tokens], dtype=np.int32)
+    hits = np.fromiter((any(p in terms for p in _split(t)) for t in tokens), dtype=np.int32, count=len(tokens))
     window = np.convolve(hits, np.ones(words, dtype=np.int32), mode="valid")
     start = int(np.argmax(window))
     out = " ".join(tokens[start: start + words])
@@ -86,7 +93,9 @@ class OfflineWeb:
         self.pages = list(by_url.values())
         self.by_url = by_url
         self.index = BM25Index([f"{p.title}\n{p.text}" for p in self.pages])
-        self.domains = np.array([p.domain for p in self.pages], dtype=object)
+        codes: dict[str, int] = {}
+        self.domain_codes = np.array([codes.setdefault(p.domain, len(codes)) for p in self.pages], dtype=np.int32)
+        self._codes = codes
         self.days = np.array([p.date.toordinal() if p.date else -1 for p in self.pages], dtype=np.int64)
 
     def allowed(self, blocked: Iterable[str] = (), after: dt.date | None = None,
@@ -94,7 +103,9 @@ class OfflineWeb:
         """Mask of searchable pages: domain not blocked; with a window, dated inside it
         (``after`` inclusive, ``before`` exclusive); undated pages are excluded when a window is set."""
         blocked_set = blocked_domains(blocked)
-        mask = ~np.isin(self.domains, list(blocked_set)) if blocked_set else np.ones(len(self.pages), bool)
+        blocked_codes = [self._codes[d] for d in blocked_set if d in self._codes]
+        mask = (~np.isin(self.domain_codes, blocked_codes) if blocked_codes
+                else np.ones(len(self.pages), bool))
         if after is not None or before is not None:
             mask &= self.days >= 0
             if after is not None:

@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from engine.benchmarks import get_benchmark, runnable_benchmarks
-from engine.config import ClusterConfig, Config, IndexConfig, ModelConfig, RunConfig
+from engine.config import ClusterConfig, Config, IndexConfig, JudgeConfig, ModelConfig, RunConfig
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 _registered = False
@@ -23,7 +23,7 @@ def register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
-                        ("run", RunConfig)):
+                        ("run", RunConfig), ("judge", JudgeConfig)):
         cs.store(group=group, name=f"{group}_schema", node=node)
     for name in runnable_benchmarks():
         b = get_benchmark(name)

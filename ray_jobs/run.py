@@ -23,6 +23,8 @@ from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
 from engine.storage import EpisodeStore, metric_rows
+from ray_jobs.judge import run_judge_stage
+from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.run")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -71,65 +73,47 @@ def plan(cfg: Config) -> Plan:
     return Plan(specs, todo, config_hash, rd)
 
 
-def init_ray(cfg: Config, needed_cpus: float) -> None:
-    import ray
+def data_identity(cfg: Config) -> str:
+    from engine.protocol import dumps
 
-    os.environ.setdefault("RAY_AUTH_MODE", cfg.cluster.ray_auth_mode)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        return
-    runtime_env = dict(cfg.cluster.runtime_env)
-    env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                **runtime_env.pop("env_vars", {})}
-    if "DATELINE_CACHE" in os.environ:
-        env_vars["DATELINE_CACHE"] = os.environ["DATELINE_CACHE"]
-    if cfg.cluster.address:
-        ray.init(address=cfg.cluster.address, runtime_env={"env_vars": env_vars, **runtime_env},
-                 log_to_driver=True)
-        return
-    # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
-    num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
-    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env_vars, **runtime_env},
-             log_to_driver=True, logging_level=logging.WARNING)
+    return dumps(to_plain(cfg.benchmark) | {"limit": None})
 
 
-def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
+def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict[str, Any]:
     """Run the planned episodes on Ray; rows are flushed as they finish."""
     import ray
 
-    from engine.hosting.replica import ModelPool
     from engine.dispatch import start_workers
-    from indexes.service import start_index_service
 
     bench = get_benchmark(cfg.benchmark.name)
     uses_model = bench.uses_model(cfg.agent)
     m, c = cfg.model, cfg.cluster
     hosted = uses_model and m.kind == "vllm"
     needed = (m.replicas * m.num_cpus if hosted else 0) + cfg.index.num_cpus + c.num_workers * c.worker_num_cpus
-    init_ray(cfg, needed)
+    session.ensure_ray(cfg, needed)
     info: dict[str, Any] = {"episodes_planned": len(p.todo)}
     t0 = time.time()
-    cache = cfg.index.cache_dir or None
-    if cache is None:
-        from engine.hosting.prepare_model import cache_dir
-
-        cache = str(cache_dir() / "embeddings")
-    index = start_index_service(bench.corpus(cfg), cfg.index.embedding_model, cfg.index.device,
-                                cfg.index.embed_batch_size, cache, cfg.index.num_cpus, cfg.index.num_gpus)
-    pool = ModelPool(m, p.run_dir / "logs")
+    starts_before = session.model_starts
+    index = session.index(cfg, bench)
+    services = session.benchmark_services(cfg, bench)
+    endpoints = session.model(cfg, p.run_dir / "logs") if uses_model else []
+    info["model_started"] = session.model_starts > starts_before
+    info["model_startup"] = session.startup if info["model_started"] else "reused"
+    info["index"] = ray.get(index.ready.remote()) if index is not None else None
+    info["services"] = {k: ray.get(h.info.remote()) if hasattr(h, "info") else {} for k, h in services.items()}
+    info["startup_s"] = time.time() - t0
+    log.info("ready in %.0f s: %d endpoint(s), index %s, services %s", info["startup_s"], len(endpoints),
+             info["index"], info["services"])
+    workers: list[Any] = []
     try:
-        endpoints = pool.start() if uses_model else []
-        info["model_startup"] = pool.startup
-        info["index"] = ray.get(index.ready.remote())
-        info["startup_s"] = time.time() - t0
-        log.info("ready in %.0f s: %d endpoint(s), index %s", info["startup_s"], len(endpoints), info["index"])
         setup = WorkerSetup(
             benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
             endpoints=endpoints,
             sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
             inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
-            top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model)
-        workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus)
+            top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model,
+            data_json=data_identity(cfg))
+        workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus, services)
         # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
         # finish: faster workers take more, and the actor keeps a free slot for progress polls.
         queue = list(reversed(p.todo))
@@ -187,23 +171,28 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore) -> dict[str, Any]:
                 store.write_batch(buf_e, buf_s)
         info.update(run_s=time.time() - t_run, failures=failures, steps=progress.steps,
                     tokens_in=progress.tokens_in, tokens_out=progress.tokens_out,
-                    index_stats=ray.get(index.get_stats.remote()),
-                    replica_seconds=pool.replica_seconds())
+                    index_stats=ray.get(index.get_stats.remote()) if index is not None else None,
+                    service_stats={k: ray.get(h.get_stats.remote()) for k, h in services.items()},
+                    replica_seconds=session.replica_seconds())
     finally:
-        pool.stop()
+        for w in workers:       # per run: the next sweep point has another agent config
+            ray.kill(w)
     return info
 
 
 def reduce_metrics(store: EpisodeStore, benchmark: str) -> list[dict[str, Any]]:
-    """Metrics per (model, config) over everything in the store, rewritten whole."""
+    """Metrics per (model, config) over everything in the store, rewritten whole. Each episode row
+    carries its judgements as ``row["judgements"] = {key: value or None}`` (missing key: not judged)."""
     bench = get_benchmark(benchmark)
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    judged = store.judgements()
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in store.episodes().to_pylist():
         if r["benchmark"] == benchmark:
-            groups[(r["model"], r["config_hash"], r["agent"])].append(r)
+            r["judgements"] = judged.get(r["episode_id"], {})
+            groups[(r["model"], r["config_hash"], r["agent"], r["data"] or "")].append(r)
     rows: list[dict[str, Any]] = []
-    for (model, chash, agent), eps in sorted(groups.items()):
-        rows += metric_rows(benchmark, model, chash, agent, bench.metrics(eps))
+    for (model, chash, agent, data), eps in sorted(groups.items()):
+        rows += metric_rows(benchmark, model, chash, agent, data, bench.metrics(eps))
     store.write_metrics(rows)
     return rows
 
@@ -213,8 +202,12 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
     return table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in mine])
 
 
-def run(cfg: Config) -> dict[str, Any]:
+def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
+    """One run: generate what is missing, judge what is missing, reduce metrics. Pass a
+    ``session`` to share Ray, models, index and services with other runs (a sweep)."""
     validate(cfg)
+    own = session is None
+    session = session or Session()
     t0 = time.time()
     bench = get_benchmark(cfg.benchmark.name)
     p = plan(cfg)
@@ -223,24 +216,30 @@ def run(cfg: Config) -> dict[str, Any]:
     log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
              len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
     info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
-    if p.todo:
-        try:
-            info.update(execute(cfg, p, store))
-        finally:
-            import ray
+    try:
+        if p.todo:
+            info.update(execute(cfg, p, store, session))
 
-            if ray.is_initialized():  # stops a local cluster; only disconnects from an existing one
-                ray.shutdown()
+        def judge_endpoints() -> list[Any]:
+            m = cfg.model
+            session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)
+            return session.model(cfg, p.run_dir / "logs")
+
+        info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints)
+        info["model_starts_in_session"] = session.model_starts
+    finally:
+        if own:
+            session.close()
     rows = reduce_metrics(store, bench.name)
     if cfg.run.compact:
         store.compact()
     info["wall_s"] = time.time() - t0
-    store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}.json", info)
+    store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.config_hash[:6]}.json", info)
     model = cfg.model.name if bench.uses_model(cfg.agent) else "none"
     sys.stderr.write(f"\n{bench.name} | model {model} | config {p.config_hash} | {p.run_dir}\n")
     sys.stderr.write(summary(rows, p.config_hash) + "\n")
     sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
-                     f"{info.get('episodes_planned', 0)} run)\n")
+                     f"{info.get('episodes_planned', 0)} run; model starts this session: {session.model_starts})\n")
     return info
 
 
@@ -256,14 +255,18 @@ def hydra_entry() -> None:
     from ray_jobs.configs import CONF_DIR, register, to_config
 
     register()
+    session = Session()   # one per process: every point of a -m sweep shares Ray, models, index, services
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def _main(dcfg: DictConfig) -> None:
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
         quiet_libraries()
-        run(to_config(dcfg))
+        run(to_config(dcfg), session)
 
-    _main()
+    try:
+        _main()
+    finally:
+        session.close()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-Responder = Callable[[list[dict[str, Any]], dict[str, Any]], str]
+Responder = Callable[[list[dict[str, Any]], dict[str, Any]], "str | tuple[int, str]"]
 
 
 class FakeOpenAI:
@@ -52,6 +52,16 @@ class FakeOpenAI:
                 finally:
                     with outer._lock:
                         outer.inflight -= 1
+                if isinstance(text, tuple):      # (status, message): an HTTP error, as vLLM sends for a too-long prompt
+                    status, msg = text
+                    err = json.dumps({"object": "error", "message": msg, "type": "BadRequestError",
+                                      "code": status}).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(err)))
+                    self.end_headers()
+                    self.wfile.write(err)
+                    return
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in req["messages"])
                 body = json.dumps({
                     "id": "fake", "object": "chat.completion", "created": int(time.time()), "model": req["model"],

@@ -1,4 +1,108 @@
-"""livenews (LiveNewsBench): fresh news questions answered with Search / Visit / Finish over an
-offline dated web, graded by the SimpleQA-style grader. Work in progress (issue 3): the data
-loaders, action parser, grader and offline web are here and tested; the episode loop and
-``BENCHMARK`` are not yet, so the runtime does not offer this benchmark."""
+"""livenews (LiveNewsBench): fresh news questions answered with Search / Click / Finish over an
+offline dated web, graded by the SimpleQA-style grader of figure 8 in a judge stage.
+See ``../../../docs/design/livenews.md``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+
+from engine.benchmarks.livenews import agent, metrics
+from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
+from engine.benchmarks.livenews.data import LiveQuestion, load
+from engine.benchmarks.livenews.grader import grader_prompt, parse_grade
+from engine.errors import ConfigError
+from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
+
+
+class LiveNewsBenchmark(BenchmarkBase):
+    name = "livenews"
+    benchmark_schema = LivenewsBenchmarkConfig
+    agent_schema = LivenewsAgentConfig
+    episode_fields = [
+        pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
+        pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
+        *[pa.field(n, pa.int32()) for n in ("max_searches", "max_visits", "n_searches", "n_visits",
+                                            "n_refused_visits", "n_turns")],
+        pa.field("returned_urls", pa.list_(pa.string())), pa.field("visited_urls", pa.list_(pa.string())),
+        pa.field("latest_result_date", pa.string()),
+    ]
+
+    def validate(self, cfg: Any) -> None:
+        b, a = cfg.benchmark, cfg.agent
+        if b.source not in ("livenewsbench", "realtimeqa"):
+            raise ConfigError(f"benchmark.source: must be livenewsbench or realtimeqa, got {b.source!r}")
+        if a.mode not in ("search", "no_search"):
+            raise ConfigError(f"agent.mode: must be search or no_search, got {a.mode!r}")
+        for key in ("max_searches", "max_visits"):
+            if getattr(a, key) < 0:
+                raise ConfigError(f"agent.{key}: must be >= 0, got {getattr(a, key)}")
+        for key in ("max_turns", "max_tokens_turn"):
+            if getattr(a, key) < 1:
+                raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        for key in ("results_per_query", "visit_max_tokens"):
+            if getattr(b, key) < 1:
+                raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
+        if b.window_days is not None and (b.window_days < 0 or not b.date_window):
+            raise ConfigError("benchmark.window_days: needs date_window=true and a value >= 0")
+        from engine.benchmarks.livenews.data import _path
+
+        for key in (("pages",) if b.source == "realtimeqa" else ("questions", "pages")):
+            if not _path(getattr(b, key)).exists():
+                raise ConfigError(f"benchmark.{key}: {_path(getattr(b, key))} does not exist")
+
+    def load_tasks(self, cfg: Any) -> list[Any]:
+        questions, _ = load(cfg.benchmark)
+        return [LiveTask(q, self.policy(cfg.benchmark, q)) for q in questions]
+
+    @staticmethod
+    def policy(b: Any, q: LiveQuestion) -> agent.WebPolicy:
+        blocked = list(b.blocked_domains) + ([q.source_domain] if b.block_source_domain and q.source_domain else [])
+        before = q.event_date + dt.timedelta(days=1) if b.date_window else None
+        after = q.event_date - dt.timedelta(days=b.window_days) if b.date_window and b.window_days is not None else None
+        return agent.WebPolicy(sorted(set(blocked)), after, before, b.results_per_query, b.visit_max_tokens)
+
+    def services(self, cfg: Any) -> list[ServiceSpec]:
+        if cfg.agent.mode == "no_search":
+            return []
+        from engine.config import stable_hash, to_plain
+
+        plain = to_plain(cfg.benchmark)
+        ident = stable_hash({k: plain[k] for k in ("source", "questions", "pages")})
+        return [ServiceSpec("web", "engine.benchmarks.livenews.service:WebService", {"bench": cfg.benchmark},
+                            num_cpus=0.5, identity=f"web:{ident}")]
+
+    async def run_episode(self, task: "LiveTask", ctx: EpisodeContext) -> EpisodeOutcome:
+        return await agent.run_episode(task.question, task.policy, ctx)
+
+    def uses_model(self, agent_cfg: Any) -> bool:
+        return True
+
+    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]:
+        if row["finish_reason"] != "finish":
+            return []           # a failed task has no answer to grade
+        prompt = grader_prompt(row["question"], row["gold"], row["output"])
+        return [JudgeRequest(row["episode_id"], metrics.GRADE_KEY, [{"role": "user", "content": prompt}], 8)]
+
+    def parse_judgement(self, key: str, text: str) -> str | None:
+        return parse_grade(text)
+
+    def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
+        return metrics.aggregate(rows)
+
+    def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
+        return metrics.tables(metric_rows)
+
+
+class LiveTask:
+    """A question with the environment policy it runs under (what the episode id hashes is the config)."""
+
+    def __init__(self, question: LiveQuestion, policy: agent.WebPolicy) -> None:
+        self.question = question
+        self.policy = policy
+        self.task_id = question.question_id
+
+
+BENCHMARK = LiveNewsBenchmark()

@@ -12,7 +12,7 @@ from engine.benchmarks.newsagent import agent, metrics
 from engine.benchmarks.newsagent.data import NewsTask, load_dataset
 from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.errors import ConfigError
-from engine.protocol import EpisodeContext, EpisodeOutcome, MetricRow
+from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow
 from indexes.corpus import Document
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -24,7 +24,7 @@ def _data_dir(cfg: Any) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
-class NewsAgentBenchmark:
+class NewsAgentBenchmark(BenchmarkBase):
     name = "newsagent"
     benchmark_schema = NewsagentBenchmarkConfig
     agent_schema = NewsagentAgentConfig

@@ -1,0 +1,160 @@
+"""livenews metrics (Table 1 columns) and the paper-layout tables (Tables 1, 3 and 4).
+
+Accuracy is CORRECT over every episode of the config: a failed task (any finish reason but
+``finish``) is not correct, as in the paper. An answer whose judgement is missing or malformed
+is not correct either, and is counted separately (``ungraded``) so it is never hidden.
+Searches and visits count individual queries and URLs (the budget's unit); std is the
+population standard deviation over episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from engine.benchmarks.livenews.agent import FINISH_REASONS
+from engine.protocol import MetricRow
+
+GRADE_KEY = "grade"
+
+
+def episode_grade(row: dict[str, Any]) -> str:
+    """CORRECT | INCORRECT | NOT ATTEMPTED | FAILED (no answer) | UNGRADED (judge missing/malformed)."""
+    if row["finish_reason"] != "finish":
+        return "FAILED"
+    g = (row.get("judgements") or {}).get(GRADE_KEY)
+    return g if g else "UNGRADED"
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
+    rows = [r for r in rows if r["status"] == "ok"]
+    n = len(rows)
+    if n == 0:
+        return []
+    grades = [episode_grade(r) for r in rows]
+    searches = np.array([r["n_searches"] for r in rows], dtype=float)
+    visits = np.array([r["n_visits"] for r in rows], dtype=float)
+    out = [
+        MetricRow("accuracy", grades.count("CORRECT") / n, n),
+        MetricRow("incorrect", grades.count("INCORRECT") / n, n),
+        MetricRow("not_attempted", grades.count("NOT ATTEMPTED") / n, n),
+        MetricRow("failed", grades.count("FAILED") / n, n),
+        MetricRow("ungraded", grades.count("UNGRADED") / n, n),
+        MetricRow("searches_mean", float(searches.mean()), n),
+        MetricRow("searches_std", float(searches.std()), n),
+        MetricRow("visits_mean", float(visits.mean()), n),
+        MetricRow("visits_std", float(visits.std()), n),
+        MetricRow("refused_visits_mean", float(np.mean([r["n_refused_visits"] for r in rows])), n),
+        MetricRow("turns_mean", float(np.mean([r["n_turns"] for r in rows])), n),
+        MetricRow("tokens_in_mean", float(np.mean([r["tokens_in"] for r in rows])), n),
+        MetricRow("tokens_out_mean", float(np.mean([r["tokens_out"] for r in rows])), n),
+    ]
+    reasons = [r["finish_reason"] for r in rows]
+    out += [MetricRow(f"finish_{f}", reasons.count(f) / n, n) for f in FINISH_REASONS]
+    return out
+
+
+# -- tables -------------------------------------------------------------------------------------
+
+def _configs(metric_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One dict per (model, config): its agent and data settings and its metrics."""
+    by: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in metric_rows:
+        if r["benchmark"] != "livenews":
+            continue
+        c = by.setdefault((r["model"], r["config_hash"]), {
+            "model": r["model"], "config_hash": r["config_hash"], "agent": json.loads(r["agent"]),
+            "data": r["data"] or "", "m": {}, "n": r["n"]})
+        c["m"][r["metric"]] = r["value"]
+    return list(by.values())
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _data_name(data: str) -> str:
+    try:
+        d = json.loads(data)
+    except ValueError:
+        return "?"
+    return f"{d.get('source')}:{str(d.get('pages', '')).rstrip('/').split('/')[-1]}"
+
+
+def _setting(agent: dict[str, Any]) -> str:
+    """Agent settings other than mode and budgets that differ from the defaults ("default" if none)."""
+    from dataclasses import asdict
+
+    from engine.benchmarks.livenews.config import LivenewsAgentConfig
+
+    base = asdict(LivenewsAgentConfig(mode=agent.get("mode", "search")))
+    if agent.get("mode") == "no_search":
+        base.update(max_searches=0, max_visits=0, max_turns=1)
+    diff = [f"{k}={v}" for k, v in sorted(agent.items())
+            if k not in ("mode", "max_searches", "max_visits") and base.get(k) != v]
+    return ", ".join(diff) or "default"
+
+
+def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
+    cfgs = _configs(metric_rows)
+    search = [c for c in cfgs if c["agent"].get("mode") == "search"]
+    out: dict[str, str] = {}
+    rows = []
+    for c in sorted(search, key=lambda c: (c["data"], c["model"], c["agent"]["max_searches"], c["agent"]["max_visits"])):
+        m = c["m"]
+        rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
+                     f"{c['agent']['max_searches']}/{c['agent']['max_visits']}",
+                     f"{m['searches_mean']:.1f} ± {m['searches_std']:.1f}", f"{m['visits_mean']:.1f} ± {m['visits_std']:.1f}",
+                     _pct(m["accuracy"]), _pct(m["failed"]), str(c["n"])])
+    out["table1"] = _md(["Model", "Data", "Agent", "Budget (searches/visits)", "Searches (avg ± std)", "Visits (avg ± std)",
+                         "Accuracy (%)", "Failed (%)", "n"], rows)
+
+    # Table 3: accuracy by search budget, other settings equal (visits fixed, as in the paper).
+    groups: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for c in search:
+        rest = {k: v for k, v in c["agent"].items() if k != "max_searches"}
+        groups[(c["data"], c["model"], json.dumps(rest, sort_keys=True))][c["agent"]["max_searches"]] = c
+    budgets = sorted({b for g in groups.values() for b in g})
+    rows = []
+    for (data, model, rest), g in sorted(groups.items()):
+        if len(g) < 2:
+            continue
+        accs = [g[b]["m"]["accuracy"] if b in g else None for b in budgets]
+        have = [a for a in accs if a is not None]
+        lo, hi = min(g), max(g)
+        rows.append([model, _data_name(data), _setting(json.loads(rest)), str(json.loads(rest)["max_visits"]),
+                     *map(_pct, accs),
+                     f"{100 * (g[hi]['m']['accuracy'] - g[lo]['m']['accuracy']):+.1f}" if have else "-",
+                     str(min(x["n"] for x in g.values()))])
+    if rows:
+        out["table3"] = _md(["Model", "Data", "Agent", "Visits", *[f"Search Budget = {b}" for b in budgets],
+                             f"Improvement ({budgets[0]}→{budgets[-1]}) (points)", "n"], rows)
+
+    # Table 4: with search (the default budget 5/5 when run, else the largest) vs without.
+    nos = [c for c in cfgs if c["agent"].get("mode") == "no_search"]
+    rows = []
+    for c in sorted(nos, key=lambda c: (c["data"], c["model"])):
+        same = [s for s in search if s["model"] == c["model"] and s["data"] == c["data"]]
+        # prefer a search config with the same non-budget settings (e.g. both guided)
+        alike = [s for s in same if _setting(s["agent"]) == _setting(c["agent"])]
+        same = alike or same
+        if not same:
+            continue
+        default = [s for s in same if (s["agent"]["max_searches"], s["agent"]["max_visits"]) == (5, 5)]
+        w = default[0] if default else max(same, key=lambda s: s["agent"]["max_searches"])
+        a, b = w["m"]["accuracy"], c["m"]["accuracy"]
+        rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
+                     f"{w['agent']['max_searches']}/{w['agent']['max_visits']}", _pct(a), _pct(b), f"{100 * (b - a):+.1f}", f"{w['n']}/{c['n']}"])
+    if rows:
+        out["table4"] = _md(["Model", "Data", "Agent", "Budget with search", "Accuracy with Search (%)",
+                             "Accuracy without Search (%)", "Difference (points)", "n"], rows)
+    return out

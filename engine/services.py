@@ -1,0 +1,68 @@
+"""Benchmark services (``engine.protocol.ServiceSpec``): built once, shared by every episode.
+
+On a cluster a service is a Ray actor with a high ``max_concurrency`` (its methods are cheap
+and synchronous; Ray runs them on the actor's threads); episodes reach it through
+:class:`RemoteService`, whose methods are awaited. Tests and single-process use build the same
+object in-process and wrap it in :class:`LocalService`, which has the same async surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Any, Callable
+
+from engine.protocol import ServiceSpec
+
+
+def _factory(spec: ServiceSpec) -> Callable[..., Any]:
+    f = spec.factory
+    if isinstance(f, str):  # "module:attr", so specs stay small and importable anywhere
+        mod, _, attr = f.partition(":")
+        f = getattr(importlib.import_module(mod), attr)
+    return f
+
+
+class LocalService:
+    """Async proxy over an in-process object."""
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._obj, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return method(*args, **kwargs)
+
+        return call
+
+
+class RemoteService:
+    """Async proxy over a Ray actor handle: ``await svc.search(...)``."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._handle, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await method.remote(*args, **kwargs)
+
+        return call
+
+
+def build_local(spec: ServiceSpec) -> LocalService:
+    return LocalService(_factory(spec)(**spec.kwargs))
+
+
+def start_actor(spec: ServiceSpec) -> Any:
+    """Start the service as a Ray actor and wait until it is built (so failures surface here)."""
+    import ray
+
+    cls = ray.remote(_factory(spec))
+    handle = cls.options(num_cpus=spec.num_cpus, max_concurrency=64, name=None).remote(**spec.kwargs)
+    ray.get(handle.__ray_ready__.remote())
+    return handle

@@ -1,0 +1,118 @@
+"""The judge stage: after generation, every episode's judge requests go out as one batch.
+
+Requests come from the benchmark (``judge_requests(row)``), answers are parsed by it
+(``parse_judgement``); a malformed answer is retried up to ``judge.max_attempts`` times, then
+recorded as a failed judgement (value null), never guessed. Results go to the ``judgements``
+table in shards as they arrive, keyed by (episode, judge identity, key): a re-run judges only
+what is missing, and a killed stage loses at most one shard's worth.
+
+Batching is what makes this cheap: all requests are in flight at once up to the judge's
+``max_inflight`` per endpoint, so a hosted vLLM judge runs them in large decode batches and
+reuses the shared prompt prefix (the grader's instructions) from its prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from engine.config import Config, stable_hash
+from engine.llm import Endpoint, GenerationError, Router, SamplingParams
+from engine.protocol import JudgeRequest
+from engine.storage import EpisodeStore
+
+log = logging.getLogger("dateline.judge")
+
+
+def judge_identity(cfg: Config) -> tuple[str, str]:
+    """(display name, id) of the configured judge."""
+    j = cfg.judge
+    if j.kind == "hosted":
+        m = cfg.model
+        name = j.name or m.name
+        ident = {"served": m.served_name or m.name, "path": m.path, "base_url": m.base_url}
+    else:
+        name = j.name or j.model
+        ident = {"model": j.model, "base_url": j.base_url}
+    return name, f"{name}:{stable_hash(ident, j.temperature, n=8)}"
+
+
+def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
+                     judge_id: str) -> list[JudgeRequest]:
+    done = store.judgements(judge_id)
+    out = []
+    for row in store.episodes().to_pylist():
+        if row["config_hash"] != config_hash or row["status"] != "ok":
+            continue
+        have = done.get(row["episode_id"], {})
+        out += [r for r in bench.judge_requests(row) if r.key not in have]
+    return out
+
+
+async def _judge(requests: list[JudgeRequest], endpoints: list[Endpoint], cfg: Config, bench: Any,
+                 judge_id: str, flush: Any) -> dict[str, Any]:
+    j = cfg.judge
+    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 2), j.max_inflight)
+    buf: list[dict[str, Any]] = []
+    stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
+
+    async def one(req: JudgeRequest) -> None:
+        client = router.client_for(req.episode_id)
+        row = {"episode_id": req.episode_id, "judge": judge_id, "key": req.key, "value": None, "ok": False,
+               "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0}
+        for attempt in range(1, j.max_attempts + 1):
+            row["attempts"] = attempt
+            try:
+                c = await client.chat(req.messages, req.max_tokens, seed=attempt - 1)
+            except GenerationError as e:
+                row["error"] = str(e)
+                continue
+            row["raw_output"] = c.text
+            row["tokens_in"] += c.prompt_tokens
+            row["tokens_out"] += c.completion_tokens
+            row["latency_s"] += c.latency_s
+            value = bench.parse_judgement(req.key, c.text)
+            if value is not None:
+                row.update(value=value, ok=True, error="")
+                break
+            row["error"] = f"malformed judge output: {c.text[:200]!r}"
+            stats["retried"] += attempt < j.max_attempts
+        stats["ok" if row["ok"] else "failed"] += 1
+        stats["tokens_in"] += row["tokens_in"]
+        stats["tokens_out"] += row["tokens_out"]
+        buf.append(row)
+        if len(buf) >= 64:
+            flush(buf[:])
+            buf.clear()
+
+    try:
+        await asyncio.gather(*(one(r) for r in requests))
+    finally:
+        if buf:
+            flush(buf[:])
+        await router.close()
+    return stats
+
+
+def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
+                    endpoints: Any) -> dict[str, Any]:
+    """Judge what is missing for this config. ``endpoints`` is a callable returning the judge's
+    endpoints (so a hosted model is only started when something needs judging)."""
+    if cfg.judge.kind == "none":
+        return {"skipped": "judge.kind=none"}
+    name, judge_id = judge_identity(cfg)
+    requests = pending_requests(cfg, bench, store, config_hash, judge_id)
+    if not requests:
+        return {"judge": judge_id, "requests": 0}
+    if cfg.judge.kind == "openai_compatible":
+        eps = [Endpoint(cfg.judge.base_url.rstrip("/"), cfg.judge.model, cfg.judge.api_key_env)]
+    else:
+        eps = endpoints()
+    t0 = time.time()
+    log.info("judging %d requests with %s", len(requests), judge_id)
+    stats = asyncio.run(_judge(requests, eps, cfg, bench, judge_id, store.write_judgements))
+    stats.update(judge=judge_id, wall_s=round(time.time() - t0, 1))
+    log.info("judge stage: %d ok, %d failed in %.0f s", stats["ok"], stats["failed"], stats["wall_s"])
+    return stats

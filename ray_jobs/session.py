@@ -1,0 +1,142 @@
+"""What one driver process keeps alive across the runs it makes: the Ray connection, hosted model
+pools, the shared index and benchmark services.
+
+A Hydra sweep (``-m agent.max_searches=1,3,5,7``) calls the task function once per point in
+the same process; with one :class:`Session` for the whole sweep, each model is started once and
+every point reuses it (and the index/services when their inputs are equal), instead of a cold
+start per point. Resources are keyed by what they are built from: a point that needs a
+different model stops the previous pool first (order sweeps with the model outermost), since
+a machine rarely holds two. ``close()`` stops everything; drivers call it when the sweep ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.config import Config, stable_hash, to_plain
+from engine.llm import Endpoint
+
+log = logging.getLogger("dateline.session")
+
+
+class Session:
+    def __init__(self) -> None:
+        self.pools: dict[str, tuple[Any, list[Endpoint]]] = {}
+        self.indexes: dict[str, Any] = {}
+        self.services: dict[str, Any] = {}
+        self.model_starts = 0
+        self.startup: dict[str, Any] = {}
+        self._ray_started_here = False
+        atexit.register(self.close)
+
+    # -- ray ---------------------------------------------------------------------------------
+    def ensure_ray(self, cfg: Config, needed_cpus: float) -> None:
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", cfg.cluster.ray_auth_mode)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if ray.is_initialized():
+            return
+        runtime_env = dict(cfg.cluster.runtime_env)
+        env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    **runtime_env.pop("env_vars", {})}
+        if "DATELINE_CACHE" in os.environ:
+            env_vars["DATELINE_CACHE"] = os.environ["DATELINE_CACHE"]
+        if cfg.cluster.address:
+            ray.init(address=cfg.cluster.address, runtime_env={"env_vars": env_vars, **runtime_env},
+                     log_to_driver=True)
+        else:
+            # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
+            num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
+            ray.init(num_cpus=num_cpus, include_dashboard=False,
+                     runtime_env={"env_vars": env_vars, **runtime_env}, log_to_driver=True,
+                     logging_level=logging.WARNING)
+        self._ray_started_here = True
+
+    # -- models ------------------------------------------------------------------------------
+    def model(self, cfg: Config, log_dir: Path) -> list[Endpoint]:
+        """Endpoints of ``cfg.model``: a hosted pool started once per session, or the external one."""
+        from engine.hosting.replica import ModelPool
+
+        m = cfg.model
+        key = stable_hash(to_plain(m))
+        if key in self.pools:
+            return self.pools[key][1]
+        for other in list(self.pools):          # free the accelerators for the next model
+            self.pools.pop(other)[0].stop()
+        pool = ModelPool(m, log_dir)
+        t0 = time.time()
+        endpoints = pool.start()
+        if m.kind == "vllm":
+            self.model_starts += 1
+            log.info("model %s: %d replica(s) healthy in %.0f s (model starts this session: %d)",
+                     m.name, m.replicas, time.time() - t0, self.model_starts)
+        self.startup = pool.startup
+        self.pools[key] = (pool, endpoints)
+        return endpoints
+
+    def replica_seconds(self) -> float:
+        return sum(p.replica_seconds() for p, _ in self.pools.values())
+
+    # -- index and services ------------------------------------------------------------------
+    def index(self, cfg: Config, bench: Any) -> Any | None:
+        """The shared FAISS index actor over the benchmark's corpus (None when it has none)."""
+        from indexes.service import start_index_service
+
+        key = stable_hash(to_plain(cfg.benchmark) | {"limit": None}, to_plain(cfg.index), bench.name)
+        if key in self.indexes:
+            return self.indexes[key]
+        docs = bench.corpus(cfg)
+        if not docs:
+            return None
+        import ray
+
+        for other in list(self.indexes):
+            ray.kill(self.indexes.pop(other))
+        cache = cfg.index.cache_dir or None
+        if cache is None:
+            from engine.hosting.prepare_model import cache_dir
+
+            cache = str(cache_dir() / "embeddings")
+        i = cfg.index
+        handle = start_index_service(docs, i.embedding_model, i.device, i.embed_batch_size, cache, i.num_cpus,
+                                     i.num_gpus)
+        self.indexes[key] = handle
+        return handle
+
+    def benchmark_services(self, cfg: Config, bench: Any) -> dict[str, Any]:
+        from engine.services import start_actor
+
+        out = {}
+        for spec in bench.services(cfg):
+            key = spec.identity or stable_hash(spec.name, str(spec.factory), spec.kwargs)
+            if key not in self.services:
+                t0 = time.time()
+                self.services[key] = start_actor(spec)
+                log.info("service %s ready in %.1f s", spec.name, time.time() - t0)
+            out[spec.name] = self.services[key]
+        return out
+
+    # -- teardown ----------------------------------------------------------------------------
+    def close(self) -> None:
+        for pool, _ in self.pools.values():
+            try:
+                pool.stop()
+            except Exception as e:  # noqa: BLE001 - teardown goes on
+                log.warning("stopping a model pool: %s", e)
+        self.pools.clear()
+        self.indexes.clear()
+        self.services.clear()
+        try:
+            import ray
+
+            if self._ray_started_here and ray.is_initialized():
+                ray.shutdown()      # stops a local cluster; only disconnects from an existing one
+        except ImportError:  # pragma: no cover
+            pass
+        self._ray_started_here = False

@@ -1,0 +1,67 @@
+"""livenews on real parts: a two-point budget sweep (`-m agent.max_searches=1,3`) as one job with
+one vLLM start, the offline web as a Ray actor, the grader stage on the hosted model, Parquet,
+and the Table 3 report from it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.benchmarks.livenews import BENCHMARK
+from engine.hosting.prepare_model import default_model_dir, is_prepared
+from engine.storage import EpisodeStore
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+
+
+def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
+    if not is_prepared(default_model_dir()):
+        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
+           "agent.max_searches=1,3", "benchmark.limit=3", "agent.max_turns=4", "agent.max_tokens_turn=256",
+           f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6"]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    eps = store.episodes().to_pylist()
+    assert len(eps) == 6 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
+    assert sorted(e["max_searches"] for e in eps) == [1, 1, 1, 3, 3, 3]
+    for e in eps:
+        assert e["n_searches"] <= e["max_searches"] and e["n_visits"] <= e["max_visits"]
+        if e["latest_result_date"]:
+            assert dt.date.fromisoformat(e["latest_result_date"]) <= dt.date.fromisoformat(e["cutoff"])
+        assert e["tokens_in"] > 0
+    # guided decoding: every model turn carries exactly one parseable action block
+    steps = store.steps().to_pylist()
+    assert steps and all(s["parsed_action"] for s in steps), [s["raw_output"][-300:] for s in steps if not s["parsed_action"]]
+
+    # one job, one model start: the second point reused the first point's replica
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
+    assert [r.get("model_started") for r in runs].count(True) == 1, runs
+    assert all(r["model_starts_in_session"] == 1 for r in runs)
+    log = (tmp_path / "logs" / "vllm-replica0.log").read_text()
+    assert log.count("Starting vLLM server on") == 1 and log.count("Application startup complete") == 1
+
+    # the grader stage judged every finished answer with the hosted model
+    judged = store.judgements()
+    finished = [e for e in eps if e["finish_reason"] == "finish"]
+    assert all("grade" in judged.get(e["episode_id"], {}) for e in finished)
+    metrics = store.metrics().to_pylist()
+    assert {m["config_hash"] for m in metrics} and len({m["config_hash"] for m in metrics}) == 2
+    names = {m["metric"] for m in metrics}
+    assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std"} <= names
+
+    tables = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "tables", str(tmp_path)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert tables.returncode == 0, tables.stderr
+    assert "Search Budget = 1" in tables.stdout and "Search Budget = 3" in tables.stdout
+    assert (tmp_path / "metrics" / "tables.md").exists()

@@ -1,0 +1,53 @@
+"""A sweep shares one Session: Ray, the model endpoints and the web service actor are set up once
+and reused by every point; each point writes its own episodes, judgements and metrics. The model
+is a scripted OpenAI-compatible server here (the real-model sweep is in test_livenews_real.py)."""
+
+from __future__ import annotations
+
+import re
+
+from engine.benchmarks.livenews import BENCHMARK
+from engine.storage import EpisodeStore
+from ray_jobs.configs import compose
+from ray_jobs.run import run
+from ray_jobs.session import Session
+from tests.fake_openai import FakeOpenAI
+
+
+def responder(messages, req):
+    if "Gold target:" in messages[0]["content"]:              # the grader
+        return "A" if "Predicted answer: Buffalo Bills" in messages[0]["content"] else "B"
+    turn = sum(m["role"] == "assistant" for m in messages)
+    if turn == 0:
+        return "Search.\n```action\ntype: Search\nDamar Hamlin\n```"
+    urls = re.findall(r"URL: (\S+)", messages[-1]["content"])
+    if turn == 1 and urls:
+        return f"Read it.\n```action\ntype: Click\n{urls[0]}\n```"
+    return "Done.\n```action\ntype: Finish\nBuffalo Bills\n```"
+
+
+def test_two_point_sweep_shares_one_session(tmp_path):
+    with FakeOpenAI(responder) as srv:
+        session = Session()
+        try:
+            infos = []
+            for budget in (1, 3):
+                cfg = compose(["benchmark=livenews", "agent=livenews", f"agent.max_searches={budget}",
+                               "benchmark.limit=3", "model=openai_compatible", f"model.base_url={srv.base_url}",
+                               "model.name=fake", "model.api_key_env=", f"run.dir={tmp_path}", "run.progress=false",
+                               "cluster.num_cpus=4"])
+                infos.append(run(cfg, session))
+            assert len(session.services) == 1            # one web actor for both points
+            assert all(i["episodes_planned"] == 3 for i in infos)
+            assert infos[1]["startup_s"] < infos[0]["startup_s"]
+        finally:
+            session.close()
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    eps = store.episodes().to_pylist()
+    assert len(eps) == 6 and all(e["status"] == "ok" and e["finish_reason"] == "finish" for e in eps)
+    judged = store.judgements()
+    assert len(judged) == 6 and {v["grade"] for v in judged.values()} == {"CORRECT"}
+    metrics = [m for m in store.metrics().to_pylist() if m["metric"] == "accuracy"]
+    assert sorted(m["value"] for m in metrics) == [1.0, 1.0]
+    assert "Search Budget = 1" in BENCHMARK.tables(store.metrics().to_pylist())["table3"]

@@ -1,0 +1,74 @@
+"""The judge stage over Parquet: batched requests, bounded retries on malformed output, failures
+recorded (never guessed), resume without re-judging, and metrics that read the judgements."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from engine.benchmarks.livenews import BENCHMARK
+from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
+from ray_jobs.configs import compose
+from ray_jobs.judge import judge_identity, run_judge_stage
+from ray_jobs.run import reduce_metrics
+from tests.fake_openai import FakeOpenAI
+
+
+def episode(i: int, answer: str, reason: str = "finish") -> dict:
+    now = dt.datetime.now(dt.timezone.utc)
+    return {"episode_id": f"e{i}", "config_hash": "c", "benchmark": "livenews", "task_id": f"t{i}", "model": "m",
+            "agent": json.dumps({"mode": "search", "max_searches": 5, "max_visits": 5}), "data": "{}", "seed": 0,
+            "status": "ok", "error": "", "finish_reason": reason, "output": answer, "n_steps": 1, "tokens_in": 1,
+            "tokens_out": 1, "wall_time_s": 0.1, "started_at": now, "finished_at": now, "worker": "w", "replica": 0,
+            "question": f"question {i}?", "gold": f"gold {i}", "cutoff": "2023-01-05", "source_domain": "cnn.com",
+            "mode": "search", "max_searches": 5, "max_visits": 5, "n_searches": 2, "n_visits": 1,
+            "n_refused_visits": 0, "n_turns": 3, "returned_urls": [], "visited_urls": [], "latest_result_date": ""}
+
+
+def test_judge_stage(tmp_path):
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    store.write_batch([episode(0, "gold 0"), episode(1, "wrong"), episode(2, "dunno"), episode(3, "x"),
+                       episode(4, "", "budget_exceeded")], [])
+    calls: dict[str, int] = {}
+
+    def responder(messages, req):
+        text = messages[0]["content"]
+        i = int(text.split("Question: question ")[-1].split("?")[0])
+        calls[f"e{i}"] = calls.get(f"e{i}", 0) + 1
+        if i == 3:
+            return "I am not sure what to say"            # malformed every time
+        if i == 2 and calls["e2"] == 1:
+            return "The grade is probably fine"           # malformed once, then good
+        return {0: "A", 1: "B", 2: "C"}[i]
+
+    with FakeOpenAI(responder, delay_s=0.2) as srv:
+        cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
+                       f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
+                       "judge.max_attempts=3"])
+        stats = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        assert stats["requests"] == 4 and stats["ok"] == 3 and stats["failed"] == 1
+        assert srv.max_inflight >= 2                      # sent as a batch, not one by one
+        assert calls == {"e0": 1, "e1": 1, "e2": 2, "e3": 3}
+        # a re-run judges nothing: failures are recorded, not retried forever
+        again = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        assert again["requests"] == 0 and calls["e3"] == 3
+
+    _, judge_id = judge_identity(cfg)
+    j = store.judgements(judge_id)
+    assert j == {"e0": {"grade": "CORRECT"}, "e1": {"grade": "INCORRECT"}, "e2": {"grade": "NOT ATTEMPTED"},
+                 "e3": {"grade": None}}
+    rows = {r["episode_id"]: r for r in store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()}
+    assert rows["e3"]["attempts"] == 3 and "malformed" in rows["e3"]["error"] and rows["e3"]["value"] is None
+
+    m = {r["metric"]: r["value"] for r in reduce_metrics(store, "livenews")}
+    assert m["accuracy"] == 0.2 and m["incorrect"] == 0.2 and m["not_attempted"] == 0.2
+    assert m["ungraded"] == 0.2 and m["failed"] == 0.2
+
+
+def test_judge_none_skips(tmp_path):
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    store.write_batch([episode(0, "a")], [])
+    cfg = compose(["benchmark=livenews", "agent=livenews", "judge=none"])
+    assert run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: []) == {"skipped": "judge.kind=none"}
+    m = {r["metric"]: r["value"] for r in reduce_metrics(store, "livenews")}
+    assert m["ungraded"] == 1.0 and m["accuracy"] == 0.0
