@@ -94,8 +94,9 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
             action = parse_action_block(comp.text)
         except ParseError as e:
             reason = _classify(e)
+            cut = " (output cut at max_tokens_turn)" if comp.finish_reason == "length" else ""
             ctx.record(turn="action", observation_chars=obs_chars, raw_output=comp.text, parsed_action="",
-                       result=f"{reason}: {e}", ok=False, **usage)
+                       result=f"{reason}: {e}{cut}", ok=False, **usage)
             break
         parsed = dumps({"type": action.kind, "items": list(action.items)})
         if action.kind == "finish":
