@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import DataError
-from engine.jsonl import read_jsonl
+from engine.jsonl import field_date, field_str, read_jsonl
 from indexes.web import WebPage, registered_domain
 
 
@@ -30,17 +30,11 @@ class LiveQuestion:
 
 
 def _date(path: Path, row: int, field: str, raw: object) -> dt.date:
-    try:
-        return dt.date.fromisoformat(str(raw).replace("/", "-")[:10])
-    except ValueError:
-        raise DataError(path, row, field, f"expected a date YYYY-MM-DD, got {raw!r:.40}") from None
+    return field_date(path, row, field, raw)
 
 
 def _text(path: Path, row: int, obj: dict, field: str) -> str:
-    value = obj.get(field)
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(path, row, field, "missing" if value is None else f"expected a non-empty string, got {value!r:.40}")
-    return value.strip()
+    return field_str(path, row, obj, field)
 
 
 def load_livenewsbench(path: str | Path) -> list[LiveQuestion]:

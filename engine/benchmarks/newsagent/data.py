@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import DataError
-from engine.jsonl import read_jsonl
+from engine.jsonl import field_date, field_str, read_jsonl
 
 OBJECT_KINDS = ("description", "caption", "quote")
 
@@ -64,22 +64,11 @@ class NewsDataset:
 
 
 def _str(path: Path, i: int, row: dict[str, Any], key: str, required: bool = True) -> str:
-    if key not in row:
-        if required:
-            raise DataError(path, i, key, "missing")
-        return ""
-    value = row[key]
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise DataError(path, i, key, f"expected a non-empty string, got {value!r:.60}")
-    return value
+    return field_str(path, i, row, key, required=required, strip=False)
 
 
 def _date(path: Path, i: int, row: dict[str, Any], key: str) -> dt.date:
-    raw = _str(path, i, row, key)
-    try:
-        return dt.date.fromisoformat(raw.replace("/", "-"))
-    except ValueError:
-        raise DataError(path, i, key, f"expected a date YYYY-MM-DD, got {raw!r}") from None
+    return field_date(path, i, key, _str(path, i, row, key))
 
 
 def _str_list(path: Path, i: int, row: dict[str, Any], key: str, required: bool = True) -> tuple[str, ...]:

@@ -88,7 +88,7 @@ from typing import Any, Iterable
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
 from engine.errors import DataError
-from engine.jsonl import read_jsonl
+from engine.jsonl import field_date, field_str, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -278,30 +278,15 @@ def clean_article(text: str, boilerplate: frozenset[str] = frozenset(),
 # Input
 # --------------------------------------------------------------------------------------------
 
-_DATE = re.compile(r"^(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?:[ T/].*)?$")
 _WEEK_FILE = re.compile(r"^(\d{8})_qa\.jsonl(?:\.gz)?$")
 
 
 def _parse_date(path: Path, row: int, fld: str, raw: Any) -> dt.date:
-    if not isinstance(raw, str):
-        raise DataError(path, row, fld, f"expected a date string YYYY/MM/DD, got {raw!r:.60}")
-    m = _DATE.match(raw.strip())
-    try:
-        if not m:
-            raise ValueError
-        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
-        raise DataError(path, row, fld, f"expected a date YYYY/MM/DD, got {raw!r:.60}") from None
+    return field_date(path, row, fld, raw)
 
 
 def _req_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "") -> str:
-    fld = where + key
-    if key not in obj or obj[key] is None:
-        raise DataError(path, row, fld, "missing")
-    value = obj[key]
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(path, row, fld, f"expected a non-empty string, got {value!r:.60}")
-    return value.strip()
+    return field_str(path, row, obj, key, name=where + key)
 
 
 def _opt_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "") -> str:

@@ -106,3 +106,22 @@ def test_unfinished_benchmark_folder_is_not_runnable(tmp_path, monkeypatch):
         get_benchmark("halfbuilt")
     assert "halfbuilt" not in runnable_benchmarks()
     assert {"newsagent", "livenews"} <= set(runnable_benchmarks())
+
+
+def test_pages_jsonl_dedupes_by_url_and_names_bad_rows(tmp_path):
+    from engine.benchmarks.livenews.data import load_pages
+
+    p = tmp_path / "pages.jsonl"
+    rows = [{"url": "https://a.com/1", "title": "first", "text": "one", "publish_date": "2023-01-02"},
+            {"url": "https://a.com/1", "title": "copy", "text": "two"},
+            {"url": "https://b.co.uk/2", "text": "three", "publish_date": "2023/01/03 10:00"}]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pages = load_pages(p)
+    assert [(x.url, x.title, x.date) for x in pages] == [
+        ("https://a.com/1", "first", dt.date(2023, 1, 2)), ("https://b.co.uk/2", "", dt.date(2023, 1, 3))]
+    for bad, field in (({"url": "a.com/x", "text": "t"}, "url"), ({"url": "https://a.com/x"}, "text"),
+                       ({"url": "https://a.com/x", "text": "t", "publish_date": "Jan 3"}, "publish_date"),
+                       ({"url": "https://a.com/x", "text": "t", "title": 3}, "title")):
+        p.write_text(json.dumps(rows[0]) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(DataError, match=rf"pages.jsonl, row 2, field '{field}'"):
+            load_pages(p)
