@@ -1,0 +1,94 @@
+"""The analyst sandbox: writes stay in the episode folder, no network, runaway code is stopped."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, network_namespace_available
+
+
+@pytest.fixture
+def box(tmp_path):
+    return Sandbox(tmp_path / "episode", Limits(timeout_s=5, memory_mb=512))
+
+
+def test_runs_code_in_the_episode_folder(box):
+    res = box.run_python("import os\nprint(os.getcwd())\nopen('out.csv', 'w').write('a,b\\n1,2\\n')\n"
+                         "import os; os.makedirs('figs', exist_ok=True); open('figs/x.txt','w').write('x')")
+    assert res.ok, res.stderr
+    assert res.stdout.strip() == str(box.root)
+    assert res.new_files == ["figs/x.txt", "out.csv"]
+    assert (box.root / "out.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("code", [
+    "open('{outside}/x.txt', 'w').write('no')",
+    "open('../escape.txt', 'a').write('no')",
+    "import os; os.open('{outside}/y.txt', os.O_CREAT | os.O_WRONLY)",
+    "import os; os.remove('{outside}/keep.txt')",
+    "import os; os.rename('{outside}/keep.txt', 'stolen.txt')",
+    "import shutil; shutil.rmtree('{outside}')",
+    "import os; os.symlink('/etc/passwd', '{outside}/link')",
+    "import pathlib; pathlib.Path('{outside}/z.txt').write_text('no')",
+])
+def test_writes_outside_the_folder_are_refused(box, tmp_path, code):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    res = box.run_python(code.format(outside=outside))
+    assert not res.ok and "sandbox:" in res.stderr and "PermissionError" in res.stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_no_network(box):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    accepted = []
+    t = threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True)
+    t.start()
+    res = box.run_python(f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\n"
+                         "print('connected')")
+    assert not res.ok and "connected" not in res.stdout
+    t.join(timeout=0.5)
+    assert not accepted
+    srv.close()
+    res = box.run_python("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)")
+    assert not res.ok
+
+
+def test_network_namespace_detection_is_stable():
+    assert network_namespace_available() in (True, False)
+    assert network_namespace_available() == network_namespace_available()
+
+
+def test_runaway_time_and_processes_are_stopped(box):
+    res = box.run_python("while True:\n    pass")
+    assert res.timed_out and not res.ok and res.seconds < 10
+    res = box.run_python("import time\ntime.sleep(60)")
+    assert res.timed_out and res.seconds < 10
+    res = box.run_python("import subprocess\nsubprocess.run(['true'])")
+    assert not res.ok and "starting processes is not allowed" in res.stderr
+    res = box.run_python("import ctypes\nctypes.CDLL(None)")
+    assert not res.ok and "ctypes" in res.stderr
+
+
+def test_memory_limit(box):
+    res = box.run_python("x = bytearray(2 * 1024 ** 3)\nprint('allocated')")
+    assert not res.ok and "allocated" not in res.stdout and "MemoryError" in res.stderr
+
+
+def test_file_tools_refuse_paths_outside(box):
+    (box.root / "data").mkdir()
+    (box.root / "data" / "a.csv").write_text("x\n")
+    assert box.path("data/a.csv").read_text() == "x\n"
+    for bad in ("../x", "/etc/passwd", "data/../../x"):
+        with pytest.raises(PathRefused):
+            box.path(bad)
+    assert box.files() == ["data/a.csv"]
