@@ -1,0 +1,79 @@
+"""Sources as text and token-bounded chunks: no chunk ever exceeds the budget, with the byte
+counter and with the served model's real tokenizer; no text is lost."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.benchmarks.analyst.sources import (ByteCounter, SourceText, chunk_sources, chunk_text, read_table,
+                                               source_texts, summarise_table, token_counter)
+from engine.errors import DataError
+from engine.hosting.prepare_model import default_model_dir, is_prepared
+
+words = st.text(alphabet=st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), min_size=1, max_size=30)
+docs = st.lists(st.one_of(words, st.sampled_from(["\n", "\n\n", " ", "é" * 50, "x" * 300])), max_size=120).map("".join)
+
+
+def _words(t: str) -> list[str]:
+    return t.split()
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs, st.integers(min_value=4, max_value=200))
+def test_chunks_fit_the_budget_and_lose_nothing_bytes(text, budget):
+    count = ByteCounter()
+    chunks = chunk_text(text, budget, count)
+    assert all(count(c) <= budget for c in chunks)
+    # every non-space character survives, in order (long words may be cut across chunks)
+    assert "".join("".join(c.split()) for c in chunks) == "".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def model_tokens():
+    d = default_model_dir()
+    if not is_prepared(d):
+        pytest.fail(f"the offline model is not prepared at {d}: run scripts/setup.sh")
+    return token_counter(str(d))
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs, st.integers(min_value=8, max_value=120))
+def test_chunks_fit_the_budget_with_the_model_tokenizer(model_tokens, text, budget):
+    chunks = chunk_text(text, budget, model_tokens)
+    assert all(model_tokens(c) <= budget for c in chunks)
+    assert "".join("".join(c.split()) for c in chunks) == "".join(text.split())
+
+
+def test_chunk_sources_packs_small_sources_and_labels_chunks(model_tokens):
+    srcs = [SourceText("a.md", "alpha " * 10), SourceText("b.md", "beta " * 10), SourceText("big.md", "gamma " * 400)]
+    chunks = chunk_sources(srcs, 120, model_tokens)
+    assert chunks[0].startswith("## Source: a.md") and "## Source: b.md" in chunks[0]
+    assert all(model_tokens(c) <= 120 for c in chunks)
+    assert sum(c.count("## Source: big.md") for c in chunks) >= 2
+    assert sum(c.count("gamma") for c in chunks) == 400
+    assert model_tokens.name.startswith("hf:")
+
+
+def test_tables_are_summarised_with_a_preview(tmp_path):
+    rows = [["year", "state", "value"]] + [[str(2000 + i), "CA" if i % 2 else "NY", f"{i * 1.5}"] for i in range(60)]
+    (tmp_path / "t.csv").write_text("\n".join(",".join(r) for r in rows) + "\n")
+    header, body = read_table(tmp_path / "t.csv")
+    text = summarise_table("t.csv", header, body, preview_rows=5, full_rows=40)
+    assert "60 rows x 3 columns" in text
+    assert "- value: numeric, 60 values, min 0, mean 44.25, max 88.5" in text
+    assert "- state: text, 2 distinct of 60" in text
+    assert text.count("\n| 20") == 5
+    small = summarise_table("s.csv", header, body[:3])
+    assert small.count("\n| 20") == 3 and "Column summary" not in small
+
+
+def test_source_errors_name_the_file_and_row(tmp_path):
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n3\n")
+    with pytest.raises(DataError, match=r"bad.csv, row 3: 1 cells, the header has 2"):
+        read_table(tmp_path / "bad.csv")
+    (tmp_path / "bad.csv").unlink()
+    (tmp_path / "x.pdf").write_bytes(b"%PDF")
+    with pytest.raises(DataError, match=r"x.pdf: unsupported source type '.pdf'"):
+        source_texts(tmp_path)
