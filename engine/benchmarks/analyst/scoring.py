@@ -1,0 +1,145 @@
+"""Parsing judge outputs and the arithmetic of the analyst metrics (paper section 4).
+
+* Checklist: each criterion is scored 1-5 in its own call (figure 16), parsed from the last
+  "therefore, the rating is: X". The score is the sum over criteria / (5 x criteria) x 100:
+  the paper does not state it, but its per-report numbers (93.33, 57.33, 45.3, 86.7 %) are all
+  multiples of 1/75 for 15 criteria, which this formula gives and ``(s-1)/4`` cannot. A
+  criterion whose judgement is malformed after retries is left out of both sums and counted.
+* Claims: figure 17's JSON object {claim: quote}; hallucination % = unsupported claims /
+  verified claims x 100 (claims whose verification is malformed are counted, not guessed).
+* Figures: captions from Markdown images (alt text) and "Figure N: ..." lines; a reference
+  figure is covered when some generated caption's MiniLM cosine similarity reaches the
+  threshold (the paper gives none; ``agent.figure_match_threshold``, default 0.6).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from engine.actions import ParseError, first_json_object
+
+_RATING = re.compile(r"rating\s+is\s*:?\s*\**\s*\(?([1-5])(?:\s*/\s*5)?\b", re.I)
+
+
+def parse_rating(text: str) -> int | None:
+    """The X of the last "therefore, the rating is: X" (1-5), else None. "1/5" is 1."""
+    found = _RATING.findall(text)
+    return int(found[-1]) if found else None
+
+
+def parse_checklist(text: str) -> list[str] | None:
+    """Figure 15's output: top-level "- The response should ..." items with their 1-5 bullets.
+    Returns one string per criterion (description + guide), or None when none parse."""
+    items: list[list[str]] = []
+    for line in text.splitlines():
+        if re.match(r"^- \S", line):
+            items.append([line[2:].strip()])
+        elif items and re.match(r"^\s+- [1-5]\s*:", line):
+            items[-1].append(line.strip())
+    complete = ["\n".join([c[0], *c[1:]]) for c in items if len(c) == 6]
+    return complete or None
+
+
+def parse_claims(text: str) -> dict[str, str] | None:
+    try:
+        obj = first_json_object(text)
+    except (ParseError, ValueError):
+        return None
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+        return None
+    return {k.strip(): v for k, v in obj.items() if k.strip()}
+
+
+_VERDICT = re.compile(r"\b(UNSUPPORTED|SUPPORTED)\b")
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True for SUPPORTED, False for UNSUPPORTED, None when absent or both appear."""
+    found = set(_VERDICT.findall(text.upper()))
+    return found.pop() == "SUPPORTED" if len(found) == 1 else None
+
+
+CLAIM_VERIFICATION = """You check whether a claim is supported by source excerpts. (This prompt is dateline's: the paper does not print its verification prompt.)
+
+Source excerpts:
+{evidence}
+
+Claim:
+{claim}
+
+Is the claim fully supported by the source excerpts above? Numbers, names and dates must match. Answer with one word: SUPPORTED or UNSUPPORTED."""
+
+
+@dataclass(frozen=True)
+class ChecklistScore:
+    percent: float | None      # None when no criterion could be scored
+    scored: int
+    unscored: int
+
+
+def checklist_score(ratings: Sequence[int | None]) -> ChecklistScore:
+    ok = [r for r in ratings if r is not None]
+    if any(r < 1 or r > 5 for r in ok):
+        raise ValueError(f"ratings must be 1-5, got {ok}")
+    pct = 100.0 * sum(ok) / (5 * len(ok)) if ok else None
+    return ChecklistScore(pct, len(ok), len(ratings) - len(ok))
+
+
+@dataclass(frozen=True)
+class HallucinationRate:
+    percent: float | None
+    claims: int
+    unsupported: int
+    unverified: int
+
+
+def hallucination_rate(verdicts: Sequence[bool | None]) -> HallucinationRate:
+    known = [v for v in verdicts if v is not None]
+    bad = sum(1 for v in known if not v)
+    return HallucinationRate(100.0 * bad / len(known) if known else None, len(verdicts), bad,
+                             len(verdicts) - len(known))
+
+
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_FIG_LINE = re.compile(r"^\s*\**\s*(?:Figure|Fig\.|Chart)\s*\d+[.:]?\**\s*[:.\-–]?\s*(.+)$", re.I | re.M)
+
+
+@dataclass(frozen=True)
+class Figure:
+    caption: str
+    path: str        # "" for a caption without an image
+
+
+def figures(markdown: str) -> list[Figure]:
+    """Figures of a Markdown report: each image with its alt text, or the "Figure N:" line right
+    after it when the alt text is empty; "Figure N:" lines without an image count too (a
+    reference report scraped from the web keeps captions even where images are gone)."""
+    out: list[Figure] = []
+    used_lines: set[int] = set()
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        for m in _IMAGE.finditer(line):
+            cap = m.group(1).strip()
+            if not cap:
+                for j in (i + 1, i + 2):
+                    if j < len(lines) and (fm := _FIG_LINE.match(lines[j])):
+                        cap = fm.group(1).strip()
+                        used_lines.add(j)
+                        break
+            out.append(Figure(cap, m.group(2)))
+    for i, line in enumerate(lines):
+        if i not in used_lines and not _IMAGE.search(line) and (fm := _FIG_LINE.match(line)):
+            out.append(Figure(fm.group(1).strip(), ""))
+    return out
+
+
+def coverage(similarity: Any, threshold: float) -> tuple[float | None, int, int]:
+    """``similarity[i, j]``: reference figure i vs generated figure j. Returns (percent covered,
+    covered, reference figures); percent is None when the reference has no figures."""
+    n_ref = len(similarity)
+    if n_ref == 0:
+        return None, 0, 0
+    covered = sum(1 for row in similarity if len(row) and max(row) >= threshold)
+    return 100.0 * covered / n_ref, covered, n_ref
