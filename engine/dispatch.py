@@ -18,6 +18,7 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.benchmarks import get_benchmark
@@ -50,6 +51,8 @@ class WorkerSetup:
     threshold: float | None
     uses_model: bool = True
     data_json: str = ""        # benchmark config as JSON (without the task limit)
+    artifacts_dir: str = ""    # RUN_DIR/artifacts: per-episode folders (shared storage on a cluster)
+    model_path: str = ""       # the served model's local folder, for tokenizers ("" if external)
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -80,7 +83,8 @@ class EpisodeRunner:
         llm = self.router.client_for(spec.episode_id) if (self.router and s.uses_model) else None
         ctx = EpisodeContext(episode_id=spec.episode_id, seed=spec.seed, agent=s.agent, llm=llm,
                              index=self.index, top_k=s.top_k, threshold=s.threshold, on_step=self._count,
-                             services=self.services)
+                             services=self.services, model_path=s.model_path,
+                             workdir=Path(s.artifacts_dir) / spec.episode_id if s.artifacts_dir else None)
         started = time.time()
         row: dict[str, Any] = {
             "episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": s.benchmark,

@@ -14,8 +14,10 @@ A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an objec
 and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of them:
 
 * ``services(cfg)``: benchmark-specific Ray actors episodes talk to (livenews's offline web),
-* ``judge_requests(row)`` / ``parse_judgement(key, text)``: the judge stage that runs after
-  generation, batched over all episodes (livenews's grader),
+* ``judge_requests(row, judged)`` / ``parse_judgement(key, text)``: the judge stage that runs
+  after generation, batched over all episodes, in rounds: ``judged`` maps every episode id (and
+  task-level ids such as ``task:<id>``) to the judgements made so far, so a request may depend
+  on an earlier round's answer (analyst scores a checklist generated in round one),
 * ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark.
@@ -77,6 +79,8 @@ class EpisodeContext:
     steps: list[StepRecord] = field(default_factory=list)
     on_step: Any = None                   # callback(StepRecord), for live progress
     services: dict[str, Any] = field(default_factory=dict)   # name -> async proxy of a ServiceSpec actor
+    workdir: Any = None                   # pathlib.Path: this episode's folder under RUN_DIR/artifacts/
+    model_path: str = ""                  # the served model's local folder ("" for external endpoints)
 
     def record(self, **kw: Any) -> StepRecord:
         rec = StepRecord(step=len(self.steps), **kw)
@@ -134,7 +138,7 @@ class Benchmark(Protocol):
     def uses_model(self, agent_cfg: Any) -> bool: ...
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]: ...
     def services(self, cfg: Any) -> list[ServiceSpec]: ...
-    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]: ...
+    def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]: ...
     def parse_judgement(self, key: str, text: str) -> str | None: ...
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]: ...
 
@@ -151,7 +155,7 @@ class BenchmarkBase:
     def services(self, cfg: Any) -> list[ServiceSpec]:
         return []
 
-    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]:
+    def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]:
         return []
 
     def parse_judgement(self, key: str, text: str) -> str | None:

@@ -1,6 +1,6 @@
 """The judge stage: after generation, every episode's judge requests go out as one batch.
 
-Requests come from the benchmark (``judge_requests(row)``), answers are parsed by it
+Requests come from the benchmark (``judge_requests(row, judged)``), answers are parsed by it
 (``parse_judgement``); a malformed answer is retried up to ``judge.max_attempts`` times, then
 recorded as a failed judgement (value null), never guessed. Results go to the ``judgements``
 table in shards as they arrive, keyed by (episode, judge identity, key): a re-run judges only
@@ -24,6 +24,7 @@ from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore
 
 log = logging.getLogger("dateline.judge")
+MAX_ROUNDS = 5
 
 
 def judge_identity(cfg: Config) -> tuple[str, str]:
@@ -41,14 +42,17 @@ def judge_identity(cfg: Config) -> tuple[str, str]:
 
 def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
                      judge_id: str) -> list[JudgeRequest]:
+    """Requests whose answers are missing; several rows asking for the same task-level judgement
+    (same episode_id and key) yield one request."""
     done = store.judgements(judge_id)
-    out = []
+    out: dict[tuple[str, str], JudgeRequest] = {}
     for row in store.episodes().to_pylist():
         if row["config_hash"] != config_hash or row["status"] != "ok":
             continue
-        have = done.get(row["episode_id"], {})
-        out += [r for r in bench.judge_requests(row) if r.key not in have]
-    return out
+        for r in bench.judge_requests(row, done):
+            if r.key not in done.get(r.episode_id, {}):
+                out.setdefault((r.episode_id, r.key), r)
+    return list(out.values())
 
 
 async def _judge(requests: list[JudgeRequest], endpoints: list[Endpoint], cfg: Config, bench: Any,
@@ -103,16 +107,23 @@ def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: s
     if cfg.judge.kind == "none":
         return {"skipped": "judge.kind=none"}
     name, judge_id = judge_identity(cfg)
-    requests = pending_requests(cfg, bench, store, config_hash, judge_id)
-    if not requests:
-        return {"judge": judge_id, "requests": 0}
-    if cfg.judge.kind == "openai_compatible":
-        eps = [Endpoint(cfg.judge.base_url.rstrip("/"), cfg.judge.model, cfg.judge.api_key_env)]
-    else:
-        eps = endpoints()
     t0 = time.time()
-    log.info("judging %d requests with %s", len(requests), judge_id)
-    stats = asyncio.run(_judge(requests, eps, cfg, bench, judge_id, store.write_judgements))
-    stats.update(judge=judge_id, wall_s=round(time.time() - t0, 1))
-    log.info("judge stage: %d ok, %d failed in %.0f s", stats["ok"], stats["failed"], stats["wall_s"])
-    return stats
+    total: dict[str, Any] = {"judge": judge_id, "requests": 0, "rounds": 0}
+    eps: list[Endpoint] | None = None
+    for _ in range(MAX_ROUNDS):     # a round's answers may unlock the next round's requests
+        requests = pending_requests(cfg, bench, store, config_hash, judge_id)
+        if not requests:
+            break
+        if eps is None:
+            eps = ([Endpoint(cfg.judge.base_url.rstrip("/"), cfg.judge.model, cfg.judge.api_key_env)]
+                   if cfg.judge.kind == "openai_compatible" else endpoints())
+        log.info("judge round %d: %d requests with %s", total["rounds"] + 1, len(requests), judge_id)
+        stats = asyncio.run(_judge(requests, eps, cfg, bench, judge_id, store.write_judgements))
+        total["rounds"] += 1
+        for k, v in stats.items():
+            total[k] = total.get(k, 0) + v
+    total["wall_s"] = round(time.time() - t0, 1)
+    if total["rounds"]:
+        log.info("judge stage: %d ok, %d failed in %d round(s), %.0f s", total["ok"], total["failed"],
+                 total["rounds"], total["wall_s"])
+    return total

@@ -112,7 +112,8 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
             sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
             inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
             top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model,
-            data_json=data_identity(cfg))
+            data_json=data_identity(cfg), artifacts_dir=str(p.run_dir / "artifacts"),
+            model_path=m.path if m.kind == "vllm" else "")
         workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus, services)
         # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
         # finish: faster workers take more, and the actor keeps a free slot for progress polls.

@@ -51,7 +51,7 @@ def test_judge_stage(tmp_path):
         assert calls == {"e0": 1, "e1": 1, "e2": 2, "e3": 3}
         # a re-run judges nothing: failures are recorded, not retried forever
         again = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
-        assert again["requests"] == 0 and calls["e3"] == 3
+        assert again["requests"] == 0 and again["rounds"] == 0 and calls["e3"] == 3
 
     _, judge_id = judge_identity(cfg)
     j = store.judgements(judge_id)

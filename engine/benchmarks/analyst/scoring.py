@@ -113,8 +113,8 @@ class Figure:
 
 
 def figures(markdown: str) -> list[Figure]:
-    """Figures of a Markdown report: each image with its alt text, or the "Figure N:" line right
-    after it when the alt text is empty; "Figure N:" lines without an image count too (a
+    """Figures of a Markdown report: each image with its alt text, or (when that is empty) the
+    "Figure N:" line right below it, which belongs to the image either way; "Figure N:" lines without an image count too (a
     reference report scraped from the web keeps captions even where images are gone)."""
     out: list[Figure] = []
     used_lines: set[int] = set()
@@ -122,12 +122,11 @@ def figures(markdown: str) -> list[Figure]:
     for i, line in enumerate(lines):
         for m in _IMAGE.finditer(line):
             cap = m.group(1).strip()
-            if not cap:
-                for j in (i + 1, i + 2):
-                    if j < len(lines) and (fm := _FIG_LINE.match(lines[j])):
-                        cap = fm.group(1).strip()
-                        used_lines.add(j)
-                        break
+            for j in (i + 1, i + 2):            # a "Figure N:" line right below is this image's caption
+                if j < len(lines) and (fm := _FIG_LINE.match(lines[j])):
+                    cap = cap or fm.group(1).strip()
+                    used_lines.add(j)
+                    break
             out.append(Figure(cap, m.group(2)))
     for i, line in enumerate(lines):
         if i not in used_lines and not _IMAGE.search(line) and (fm := _FIG_LINE.match(line)):

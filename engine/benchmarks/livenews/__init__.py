@@ -80,7 +80,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     def uses_model(self, agent_cfg: Any) -> bool:
         return True
 
-    def judge_requests(self, row: dict[str, Any]) -> list[JudgeRequest]:
+    def judge_requests(self, row: dict[str, Any], judged: dict[str, Any] | None = None) -> list[JudgeRequest]:
         if row["finish_reason"] != "finish":
             return []           # a failed task has no answer to grade
         prompt = grader_prompt(row["question"], row["gold"], row["output"])

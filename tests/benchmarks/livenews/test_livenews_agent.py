@@ -182,9 +182,9 @@ def test_results_respect_window_and_blocklist(tasks, web):
 def test_grading_requests_and_tables(tasks):
     row = {"episode_id": "e1", "finish_reason": "finish", "question": "Q?", "gold": "Buffalo Bills",
            "output": "the Bills"}
-    (req,) = BENCH.judge_requests(row)
+    (req,) = BENCH.judge_requests(row, {})
     assert "Gold target: Buffalo Bills" in req.messages[0]["content"] and "Predicted answer: the Bills" in req.messages[0]["content"]
-    assert BENCH.judge_requests(row | {"finish_reason": "budget_exceeded"}) == []
+    assert BENCH.judge_requests(row | {"finish_reason": "budget_exceeded"}, {}) == []
     assert BENCH.parse_judgement("grade", "A") == "CORRECT" and BENCH.parse_judgement("grade", "maybe") is None
 
     def ep(i, reason, grade, s, v):

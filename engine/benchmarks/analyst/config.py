@@ -1,0 +1,36 @@
+"""Schemas behind ``conf/benchmark/analyst.yaml`` and ``conf/agent/analyst*.yaml``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class AnalystBenchmarkConfig:
+    name: str = "analyst"
+    tasks_dir: str = "engine/benchmarks/analyst/sample_tasks"
+    limit: int | None = None
+    n_criteria: int = 15                 # checklist size when a task has none (figure 15)
+    figure_match_threshold: float = 0.6  # MiniLM caption cosine for figure coverage (the paper gives none)
+    evidence_k: int = 4                  # source passages shown to the claim verifier
+    max_claims: int = 40                 # claims verified per report (the first, in report order)
+    judge_max_tokens: int = 768          # per checklist-scoring / claim-extraction call
+    checklist_max_tokens: int = 3000
+
+
+@dataclass
+class AnalystAgentConfig:
+    mode: str = "vanilla"                # vanilla | agentic
+    setting: str = "T+S+ToC"             # T | T+S | T+S+ToC | T+S+R*
+    context_tokens: int = 8192           # the served model's window (conf/model/local_cpu.yaml)
+    map_max_tokens: int = 512
+    report_max_tokens: int = 1536
+    preview_rows: int = 10
+    full_table_rows: int = 40
+    max_steps: int = 16                  # agentic: turns
+    max_episode_tokens: int = 150000     # agentic: prompt + completion tokens over all turns
+    max_tokens_action: int = 1024
+    guided_json: bool = True             # agentic: actions constrained to the tool schema (vLLM)
+    code_timeout_s: float = 30.0
+    code_memory_mb: int = 2048
+    observation_chars: int = 4000

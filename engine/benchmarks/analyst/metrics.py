@@ -1,0 +1,104 @@
+"""analyst metrics (Table 3 columns) from episode rows and their judgements.
+
+Per configuration, means over episodes that have the value (each metric's ``n`` says how many):
+length in tokens (the served model's tokenizer), checklist % (``scoring.checklist_score``),
+hallucination % (``scoring.hallucination_rate``), visual coverage % (reference figures matched
+by a generated caption at MiniLM cosine >= ``figure_match_threshold``). Visual quality needs a
+vision judge (figure 21); none is configured in this release, so it is not reported and the
+table says so. Shares of finish reasons and of reports never written are reported too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.benchmarks.analyst import scoring
+from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
+from engine.protocol import MetricRow
+
+
+def _mean(xs: list[float]) -> tuple[float, int]:
+    return (float(np.mean(xs)) if xs else float("nan")), len(xs)
+
+
+def episode_scores(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]], embedder: Callable[[], Any]) -> dict[str, Any]:
+    j = row.get("judgements") or {}
+    ratings = [int(v) if v else None for k, v in sorted(j.items()) if k.startswith("criterion:")]
+    check = scoring.checklist_score(ratings) if ratings else None
+    verdicts = [None if v is None else v == "SUPPORTED" for k, v in sorted(j.items()) if k.startswith("claim:")]
+    halluc = scoring.hallucination_rate(verdicts) if verdicts else None
+    out: dict[str, Any] = {"checklist": check.percent if check else None,
+                           "criteria_unscored": check.unscored if check else 0,
+                           "hallucination": halluc.percent if halluc else None,
+                           "claims": len(json.loads(j["claims"])) if j.get("claims") else None,
+                           "claims_unverified": halluc.unverified if halluc else 0}
+    b = AnalystBenchmarkConfig(**json.loads(row["data"])) if row.get("data") else AnalystBenchmarkConfig()
+    task = tasks(b.tasks_dir).get(row["task_id"])
+    ref = [f.caption for f in scoring.figures(task.reference) if f.caption] if task else []
+    gen = [f.caption for f in scoring.figures(row["output"] or "") if f.caption]
+    if ref:
+        sim = (embedder().encode(ref) @ embedder().encode(gen).T) if gen else np.zeros((len(ref), 0))
+        out["coverage"] = scoring.coverage(sim, b.figure_match_threshold)[0]
+    else:
+        out["coverage"] = None
+    out["figures"] = len(gen)
+    return out
+
+
+def aggregate(rows: list[dict[str, Any]], tasks: Callable[[str], dict[str, Any]],
+              embedder: Callable[[], Any]) -> list[MetricRow]:
+    rows = [r for r in rows if r["status"] == "ok"]
+    if not rows:
+        return []
+    n = len(rows)
+    scores = [episode_scores(r, tasks, embedder) for r in rows]
+    with_report = [r for r in rows if (r["output"] or "").strip()]
+    out = [MetricRow("episodes", float(n), n), MetricRow("report_written", len(with_report) / n, n)]
+    for name, vals in (
+        ("length_tokens", [float(r["report_tokens"]) for r in with_report]),
+        ("checklist_pct", [s["checklist"] for s in scores if s["checklist"] is not None]),
+        ("hallucination_pct", [s["hallucination"] for s in scores if s["hallucination"] is not None]),
+        ("visual_coverage_pct", [s["coverage"] for s in scores if s["coverage"] is not None]),
+        ("claims_per_report", [float(s["claims"]) for s in scores if s["claims"] is not None]),
+        ("figures_per_report", [float(s["figures"]) for s in scores]),
+        ("criteria_unscored", [float(s["criteria_unscored"]) for s in scores]),
+        ("claims_unverified", [float(s["claims_unverified"]) for s in scores]),
+        ("steps", [float(r["steps"]) for r in rows]),
+        ("code_runs", [float(r["code_runs"]) for r in rows]),
+        ("tokens_in_mean", [float(r["tokens_in"]) for r in rows]),
+        ("tokens_out_mean", [float(r["tokens_out"]) for r in rows]),
+    ):
+        value, k = _mean(vals)
+        if k:
+            out.append(MetricRow(name, value, k))
+    reasons = [r["finish_reason"] for r in rows]
+    out += [MetricRow(f"finish_{f}", reasons.count(f) / n, n) for f in sorted(set(reasons))]
+    return out
+
+
+def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
+    by: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    agents: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in metric_rows:
+        if r["benchmark"] != "analyst":
+            continue
+        key = (r["model"], r["config_hash"])
+        by[key][r["metric"]] = (r["value"], r["n"])
+        agents[key] = json.loads(r["agent"])
+
+    def cell(m: dict[str, Any], name: str, fmt: str = "{:.1f}") -> str:
+        return f"{fmt.format(m[name][0])} (n={m[name][1]})" if name in m else "-"
+
+    lines = ["| Model | Method | Inputs | Length tokens | Checklist score % | Visual quality | Visual coverage % | "
+             "Hallucination % |", "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(by, key=lambda k: (k[0], agents[k]["mode"], agents[k]["setting"])):
+        m, a = by[key], agents[key]
+        method = "Vanilla (map-reduce)" if a["mode"] == "vanilla" else "Agent (sandboxed tools)"
+        lines.append(f"| {key[0]} | {method} | {a['setting']} | {cell(m, 'length_tokens', '{:.0f}')} | "
+                     f"{cell(m, 'checklist_pct')} | n/a (no vision judge) | {cell(m, 'visual_coverage_pct')} | "
+                     f"{cell(m, 'hallucination_pct')} |")
+    return {"table3": "\n".join(lines)} if len(lines) > 2 else {}

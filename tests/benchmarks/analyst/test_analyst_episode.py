@@ -1,0 +1,167 @@
+"""analyst episodes against a scripted model on the bundled tasks: vanilla map-reduce inside the
+window, the agentic tool loop in its sandbox, the judge rounds, and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.benchmarks import get_benchmark
+from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
+from engine.benchmarks.analyst.sources import ByteCounter
+from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
+from engine.llm import Endpoint, SamplingParams
+from engine.protocol import dumps
+from engine.config import to_plain
+from tests.fake_openai import FakeOpenAI
+
+BENCH = get_benchmark("analyst")
+
+
+class Cfg:
+    benchmark = AnalystBenchmarkConfig()
+
+
+TASKS = {t.task_id: t for t in BENCH.load_tasks(Cfg)}
+
+
+def run(task_ids, agent, responder, tmp_path, context_cap=None):
+    async def go():
+        with FakeOpenAI(responder) as srv:
+            setup = WorkerSetup("analyst", "fake", agent, dumps(to_plain(agent)), [Endpoint(srv.base_url, "fake")],
+                                SamplingParams(max_retries=0, timeout_s=20), 8, 5, None,
+                                data_json=dumps(to_plain(AnalystBenchmarkConfig())),
+                                artifacts_dir=str(tmp_path / "artifacts"))
+            runner = EpisodeRunner(setup, None)
+            out = await asyncio.gather(*(runner.run(EpisodeSpec(f"{i:016x}", "h", TASKS[t], t, 0))
+                                         for i, t in enumerate(task_ids)))
+            return out, srv.requests
+    return asyncio.run(go())
+
+
+REPORT = ("# Traffic Safety Report 2023\n\n## Summary\nThe city recorded 2,767 crashes in 2023.\n\n"
+          "![Crashes per month in 2023](figures/monthly.png)\n")
+
+
+def test_vanilla_map_reduce_stays_inside_the_window(tmp_path):
+    count = ByteCounter()       # the fake endpoint has no tokenizer: bytes bound tokens
+
+    def responder(messages, req):
+        prompt = messages[-1]["content"]
+        assert count(messages[0]["content"]) + count(prompt) + req["max_tokens"] + 64 <= 2600
+        if "Extract every fact" in prompt:
+            return "- total crashes 2,767"
+        return REPORT
+
+    agent = AnalystAgentConfig(context_tokens=2600, map_max_tokens=200, report_max_tokens=600)
+    (res,), reqs = run(["crashes-2023"], agent, responder, tmp_path)
+    ep = res["episode"]
+    assert ep["status"] == "ok", ep["error"]
+    assert ep["finish_reason"] == "finish" and ep["output"] == REPORT
+    assert ep["chunks"] >= 2 and ep["map_calls"] == ep["chunks"]
+    assert [s["turn"] for s in res["steps"]][-1] == "report"
+    final = reqs[-1]["messages"][-1]["content"]
+    assert "table of contents" in final and "Crashes by district" in final      # T+S+ToC
+
+
+def test_vanilla_settings(tmp_path):
+    seen = []
+
+    def responder(messages, req):
+        seen.append(messages[-1]["content"])
+        return REPORT
+
+    for setting in ("T", "T+S+R*"):
+        (res,), _ = run(["crashes-2023"], AnalystAgentConfig(setting=setting, context_tokens=32000), responder, tmp_path)
+        assert res["episode"]["status"] == "ok", res["episode"]["error"]
+    assert "(no source documents)" in seen[0] and "crashes_2023.csv" not in seen[0]
+    assert "<template>" in seen[1] and "Traffic Safety Report 2022" in seen[1] and "crashes_2023.csv" in seen[1]
+
+
+def test_agentic_tool_loop(tmp_path):
+    script = [
+        {"tool": "list_files"},
+        {"tool": "grep", "pattern": "Northside", "path": "sources"},
+        {"tool": "read", "path": "sources/vision_zero_update.md", "start": 1, "end": 3},
+        {"tool": "read", "path": "../../etc/passwd"},
+        {"tool": "python", "code": "import csv\nrows = list(csv.DictReader(open('sources/crashes_2023.csv')))\n"
+                                   "print(sum(int(r['crashes']) for r in rows))\n"
+                                   "open('figures/monthly.png', 'wb').write(b'\\x89PNG\\r\\n')"},
+        {"tool": "python", "code": "open('/tmp/escape-analyst.txt', 'w').write('x')"},
+        {"tool": "write_report", "content": REPORT},
+        {"tool": "finish"},
+    ]
+
+    def responder(messages, req):
+        assert req["response_format"]["type"] == "json_schema"
+        return json.dumps(script[sum(m["role"] == "assistant" for m in messages)])
+
+    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(mode="agentic"), responder, tmp_path)
+    ep = res["episode"]
+    assert ep["status"] == "ok", ep["error"]
+    assert ep["finish_reason"] == "finish" and ep["output"] == REPORT
+    assert ep["steps"] == 8 and ep["code_runs"] == 2 and ep["code_failures"] == 1
+    assert ep["figures_written"] == ["figures/monthly.png"]
+    obs = [s["result"] for s in res["steps"]]
+    assert "sources/crashes_2023.csv" in obs[0]
+    assert "sources/crashes_2023.csv:" in obs[1] and "Northside" in obs[1]
+    assert obs[2].startswith("sources/vision_zero_update.md lines 1-3")
+    assert "outside the working directory" in obs[3]
+    assert "2767" in obs[4]
+    assert "sandbox: writing outside the episode folder" in obs[5]
+    assert not Path("/tmp/escape-analyst.txt").exists()
+    workdir = tmp_path / "artifacts" / ep["episode_id"]
+    assert (workdir / "report.md").read_text() == REPORT
+
+
+def test_agentic_caps_and_missing_report(tmp_path):
+    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_steps=3),
+                       lambda m, r: '{"tool": "list_files"}', tmp_path)
+    assert res["episode"]["finish_reason"] == "step_cap" and res["episode"]["output"] == "" and len(reqs) == 3
+    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_episode_tokens=50),
+                       lambda m, r: '{"tool": "list_files"}', tmp_path)
+    assert res["episode"]["finish_reason"] == "token_cap" and len(reqs) == 1
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(mode="agentic"), lambda m, r: '{"tool": "finish"}', tmp_path)
+    assert res["episode"]["finish_reason"] == "no_report"
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_steps=2), lambda m, r: "not json", tmp_path)
+    assert res["episode"]["parse_failures"] == 2
+
+
+def test_judge_rounds_and_metrics(tmp_path, embedder):
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(), lambda m, r: REPORT, tmp_path)
+    row = res["episode"]
+    judged: dict = {}
+    round1 = BENCH.judge_requests(row, judged)
+    assert sorted(r.key for r in round1) == ["checklist", "claims"]
+    assert {r.episode_id for r in round1} == {"task:crashes-2023", row["episode_id"]}
+    assert "Excluded content" in round1[0].messages[0]["content"] or "Excluded content" in round1[1].messages[0]["content"]
+    checklist_text = "\n".join(f"- The response should state fact {i}.\n" + "\n".join(f" - {s}: x" for s in range(1, 6))
+                               for i in range(3))
+    judged = {"task:crashes-2023": {"checklist": BENCH.parse_judgement("checklist", checklist_text)},
+              row["episode_id"]: {"claims": BENCH.parse_judgement(
+                  "claims", '{"The city recorded 2,767 crashes in 2023": "2,767 crashes", "Crashes fell": "x"}')}}
+    round2 = BENCH.judge_requests(row, judged)
+    keys = sorted(r.key for r in round2)
+    assert keys == ["claim:00", "claim:01", "criterion:00", "criterion:01", "criterion:02"]
+    verify = next(r for r in round2 if r.key == "claim:00").messages[0]["content"]
+    assert "crashes_2023.csv" in verify and "SUPPORTED or UNSUPPORTED" in verify
+    mine = judged[row["episode_id"]]
+    mine.update({"criterion:00": "5", "criterion:01": "3", "criterion:02": None,
+                 "claim:00": "SUPPORTED", "claim:01": "UNSUPPORTED"})
+    assert BENCH.judge_requests(row, judged) == []
+    row["judgements"] = mine
+    m = {x.metric: x for x in BENCH.metrics([row])}
+    assert m["checklist_pct"].value == pytest.approx(80.0) and m["criteria_unscored"].value == 1.0
+    assert m["hallucination_pct"].value == 50.0
+    # the reference has two figures; the report's one caption matches the monthly chart only
+    assert m["visual_coverage_pct"].value == 50.0
+    assert BENCH.parse_judgement("criterion:00", "therefore, the rating is: 4") == "4"
+    assert BENCH.parse_judgement("claim:00", "maybe") is None
+    t = BENCH.tables([{"benchmark": "analyst", "model": "fake", "config_hash": "h", "agent": row["agent"],
+                       "data": row["data"], "metric": x.metric, "value": x.value, "n": x.n} for x in m.values()])
+    assert "| fake | Vanilla (map-reduce) | T+S+ToC |" in t["table3"] and "n/a (no vision judge)" in t["table3"]
+    assert re.search(r"\| 80\.0 \(n=1\) \|", t["table3"])
