@@ -5,7 +5,7 @@
 Deterministic (seeded). Every number in a reference report is computed from the task's own
 CSV files, so a report grounded in the sources can reach every claim the reference makes.
 Three tasks: two yearly variants of a city traffic-safety report (each is the other's template,
-R*), and a state unemployment brief with a hand-written checklist (the other two have none, so
+R*), and a state unemployment brief (an XLSX source) with a hand-written checklist (the other two have none, so
 the checklist-creation path runs).
 """
 
@@ -27,6 +27,24 @@ def write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+
+
+def write_xlsx(path: Path, header: list[str], rows: list[list[object]]) -> None:
+    """An XLSX source (the paper's tasks mix .md, .csv and .xlsx). Written with fixed metadata
+    timestamps so the file is byte-for-byte reproducible."""
+    import datetime as dt
+
+    import openpyxl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "rates"
+    ws.append(header)
+    for r in rows:
+        ws.append(r)
+    wb.properties.created = wb.properties.modified = dt.datetime(2025, 1, 1)
+    wb.save(path)
 
 
 def crash_task(root: Path, year: int, other: int, seed: int) -> None:
@@ -100,7 +118,7 @@ def unemployment_task(root: Path, seed: int) -> None:
         for y in range(2019, 2025):
             shock = 4.5 if y == 2020 else (1.2 if y == 2021 else 0.0)
             rows.append([s, y, round(base + shock + rng.uniform(-0.4, 0.4), 1)])
-    write_csv(d / "sources" / "unemployment_rates.csv", ["state", "year", "unemployment_rate"], rows)
+    write_xlsx(d / "sources" / "unemployment_rates.xlsx", ["state", "year", "unemployment_rate"], rows)
     r2024 = {s: r[2] for s in states for r in rows if r[0] == s and r[1] == 2024}
     r2020 = {s: r[2] for s in states for r in rows if r[0] == s and r[1] == 2020}
     lo, hi = min(r2024, key=r2024.get), max(r2024, key=r2024.get)

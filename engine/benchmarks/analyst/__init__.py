@@ -85,7 +85,14 @@ class AnalystBenchmark(BenchmarkBase):
             raise ConfigError(f"benchmark.tasks_dir: {_dir(b.tasks_dir)} is not a folder")
 
     def load_tasks(self, cfg: Any) -> list[AnalystTask]:
-        return load_tasks(_dir(cfg.benchmark.tasks_dir), cfg.benchmark.limit)
+        b = cfg.benchmark
+        tasks = load_tasks(_dir(b.tasks_dir))
+        if b.task_ids:
+            unknown = sorted(set(b.task_ids) - {t.task_id for t in tasks})
+            if unknown:
+                raise ConfigError(f"benchmark.task_ids: no such tasks in {b.tasks_dir}: {unknown}")
+            tasks = [t for t in tasks if t.task_id in set(b.task_ids)]
+        return tasks[: b.limit] if b.limit is not None else tasks
 
     async def run_episode(self, task: AnalystTask, ctx: EpisodeContext) -> EpisodeOutcome:
         a = ctx.agent

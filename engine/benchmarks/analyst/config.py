@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -10,6 +10,7 @@ class AnalystBenchmarkConfig:
     name: str = "analyst"
     tasks_dir: str = "engine/benchmarks/analyst/sample_tasks"
     limit: int | None = None
+    task_ids: list[str] = field(default_factory=list)   # run only these tasks (empty: all)
     n_criteria: int = 15                 # checklist size when a task has none (figure 15)
     figure_match_threshold: float = 0.6  # MiniLM caption cosine for figure coverage (the paper gives none)
     evidence_k: int = 4                  # source passages shown to the claim verifier

@@ -1,0 +1,59 @@
+"""analyst on real parts: vanilla and agentic episodes with the hosted offline model in one job
+(one vLLM start), the sandbox running the model's code, the judge rounds on the hosted model,
+reports, scores and metrics in Parquet, and the Table 3 report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.benchmarks.analyst import BENCHMARK
+from engine.hosting.prepare_model import default_model_dir, is_prepared
+from engine.storage import EpisodeStore
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(2400)]
+
+
+def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
+    if not is_prepared(default_model_dir()):
+        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst,analyst_agentic",
+           "benchmark.task_ids=[unemployment-brief]", "benchmark.max_claims=6", "benchmark.judge_max_tokens=384",
+           "agent.max_steps=4", "agent.report_max_tokens=700", "agent.max_tokens_action=700",
+           f"run.dir={tmp_path}", "run.progress=false"]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=2300)
+    assert out.returncode == 0, out.stderr[-4000:]
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    eps = {e["mode"]: e for e in store.episodes().to_pylist()}
+    assert set(eps) == {"vanilla", "agentic"} and all(e["status"] == "ok" for e in eps.values()), \
+        [e["error"] for e in eps.values()]
+    v = eps["vanilla"]
+    assert v["finish_reason"] == "finish" and v["output"].strip() and v["report_tokens"] > 0
+    a = eps["agentic"]
+    assert 1 <= a["steps"] <= 4 and a["finish_reason"] in ("finish", "step_cap", "token_cap", "no_report")
+    steps = [s for s in store.steps().to_pylist() if s["episode_id"] == a["episode_id"]]
+    assert all(s["parsed_action"] for s in steps), "guided JSON: every agent turn is a tool call"
+    assert (tmp_path / "artifacts" / a["episode_id"] / "sources" / "unemployment_rates.xlsx").exists()
+
+    # judge rounds on the hosted model: every criterion of the task's checklist was judged for the
+    # vanilla report (a value, or a recorded failure), and its claims were extracted
+    judged = store.judgements()[v["episode_id"]]
+    assert sum(k.startswith("criterion:") for k in judged) == 8 and "claims" in judged
+    metrics = {(m["agent"], m["metric"]): m for m in store.metrics().to_pylist()}
+    vanilla_agent = next(k[0] for k in metrics if json.loads(k[0])["mode"] == "vanilla")
+    assert (vanilla_agent, "length_tokens") in metrics and (vanilla_agent, "report_written") in metrics
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
+    assert [r.get("model_started") for r in runs].count(True) == 1
+
+    tables = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "tables", str(tmp_path)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert tables.returncode == 0, tables.stderr
+    assert "Vanilla (map-reduce)" in tables.stdout and "Agent (sandboxed tools)" in tables.stdout
