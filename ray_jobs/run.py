@@ -50,11 +50,19 @@ def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:
     return {"name": m.name, "served_name": m.served_name or m.name, "temperature": m.temperature, "top_p": m.top_p}
 
 
+def episode_relevant(cfg: Config, bench: Any) -> dict[str, Any]:
+    """The benchmark config as far as it decides an episode's result: not the task limit (it
+    picks tasks) and not the fields the benchmark lists in ``evaluation_fields`` (they change
+    only how finished episodes are judged), so changing those never re-runs episodes."""
+    drop = {"limit", *getattr(bench, "evaluation_fields", ())}
+    return {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
+
+
 def plan(cfg: Config) -> Plan:
     bench = get_benchmark(cfg.benchmark.name)
     uses_model = bench.uses_model(cfg.agent)
     ident = {
-        "benchmark": to_plain(cfg.benchmark) | {"limit": None},   # the limit picks tasks, not results
+        "benchmark": episode_relevant(cfg, bench),
         "model": model_identity(cfg, uses_model),
         "agent": to_plain(cfg.agent),
         "retrieval": {"embedding_model": cfg.index.embedding_model, "top_k": cfg.index.top_k,

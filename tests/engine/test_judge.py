@@ -17,7 +17,8 @@ from tests.fake_openai import FakeOpenAI
 def episode(i: int, answer: str, reason: str = "finish") -> dict:
     now = dt.datetime.now(dt.timezone.utc)
     return {"episode_id": f"e{i}", "config_hash": "c", "benchmark": "livenews", "task_id": f"t{i}", "model": "m",
-            "agent": json.dumps({"mode": "search", "max_searches": 5, "max_visits": 5}), "data": "{}", "seed": 0,
+            "agent": json.dumps({"mode": "search", "max_searches": 5, "max_visits": 5}),
+            "data": json.dumps({"judge_probes": False}), "seed": 0,
             "status": "ok", "error": "", "finish_reason": reason, "output": answer, "n_steps": 1, "tokens_in": 1,
             "tokens_out": 1, "wall_time_s": 0.1, "started_at": now, "finished_at": now, "worker": "w", "replica": 0,
             "question": f"question {i}?", "gold": f"gold {i}", "cutoff": "2023-01-05", "source_domain": "cnn.com",

@@ -58,6 +58,8 @@ class AnalystBenchmark(BenchmarkBase):
     name = "analyst"
     benchmark_schema = AnalystBenchmarkConfig
     agent_schema = AnalystAgentConfig
+    evaluation_fields = ("n_criteria", "figure_match_threshold", "evidence_k", "max_claims", "judge_max_tokens",
+                         "checklist_max_tokens")
     episode_fields = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),
         *[pa.field(n, pa.int32()) for n in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",

@@ -5,6 +5,8 @@ See ``../../../docs/design/livenews.md``."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +23,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     name = "livenews"
     benchmark_schema = LivenewsBenchmarkConfig
     agent_schema = LivenewsAgentConfig
+    evaluation_fields = ("judge_probes",)
     episode_fields = [
         pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
         pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
@@ -81,10 +84,23 @@ class LiveNewsBenchmark(BenchmarkBase):
         return True
 
     def judge_requests(self, row: dict[str, Any], judged: dict[str, Any] | None = None) -> list[JudgeRequest]:
-        if row["finish_reason"] != "finish":
-            return []           # a failed task has no answer to grade
-        prompt = grader_prompt(row["question"], row["gold"], row["output"])
-        return [JudgeRequest(row["episode_id"], metrics.GRADE_KEY, [{"role": "user", "content": prompt}], 8)]
+        """The grade of the answer (finished episodes only: a failed task has no answer), and, with
+        ``benchmark.judge_probes``, two probes of the judge itself on the same question: the gold
+        answer (must be CORRECT) and a wrong choice of the multiple-choice form (must be
+        INCORRECT). Probe accuracy says whether the judge can be trusted at all."""
+        out = []
+        if row["finish_reason"] == "finish":
+            prompt = grader_prompt(row["question"], row["gold"], row["output"])
+            out.append(JudgeRequest(row["episode_id"], metrics.GRADE_KEY, [{"role": "user", "content": prompt}], 8))
+        data = json.loads(row["data"]) if row.get("data") else None
+        if data is not None and data.get("judge_probes", True):   # rows from before the option: the default
+            out.append(JudgeRequest(row["episode_id"], "probe_gold", [{"role": "user", "content": grader_prompt(
+                row["question"], row["gold"], row["gold"])}], 8))
+            decoy = _decoy(row["data"], row["task_id"], row["gold"])
+            if decoy:
+                out.append(JudgeRequest(row["episode_id"], "probe_decoy", [{"role": "user", "content": grader_prompt(
+                    row["question"], row["gold"], decoy)}], 8))
+        return out
 
     def parse_judgement(self, key: str, text: str) -> str | None:
         return parse_grade(text)
@@ -94,6 +110,18 @@ class LiveNewsBenchmark(BenchmarkBase):
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         return metrics.tables(metric_rows)
+
+
+@functools.lru_cache(maxsize=4)
+def _choices(data_json: str) -> dict[str, tuple[str, ...]]:
+    cfg = LivenewsBenchmarkConfig(**(json.loads(data_json) | {"limit": None}))
+    return {q.question_id: q.choices for q in load(cfg)[0]}
+
+
+def _decoy(data_json: str, task_id: str, gold: str) -> str:
+    """A wrong choice of the question's multiple-choice form ("" when it has none)."""
+    wrong = [c for c in _choices(data_json).get(task_id, ()) if c.strip().lower() != gold.strip().lower()]
+    return wrong[0] if wrong else ""
 
 
 class LiveTask:

@@ -21,6 +21,7 @@ class LivenewsBenchmarkConfig:
     window_days: Optional[int] = None      # ... and not older than this many days (None: no lower bound)
     block_source_domain: bool = True
     blocked_domains: list[str] = field(default_factory=lambda: sorted(ARCHIVE_DOMAINS))
+    judge_probes: bool = True              # also grade the gold answer and a wrong choice: judge reliability
 
 
 @dataclass

@@ -4,12 +4,15 @@ Accuracy is CORRECT over every episode of the config: a failed task (any finish 
 ``finish``) is not correct, as in the paper. An answer whose judgement is missing or malformed
 is not correct either, and is counted separately (``ungraded``) so it is never hidden.
 Searches and visits count individual queries and URLs (the budget's unit); std is the
-population standard deviation over episodes.
+population standard deviation over episodes. Two checks on the judge travel with accuracy: the
+probe metrics (``judge_probe_gold_ok``, ``judge_probe_decoy_ok``) and ``answer_contains_gold``,
+a lexical lower bound (the normalised gold text appears in the answer).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -54,7 +57,19 @@ def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
     ]
     reasons = [r["finish_reason"] for r in rows]
     out += [MetricRow(f"finish_{f}", reasons.count(f) / n, n) for f in FINISH_REASONS]
+    # the judge's own reliability on this question set (see judge_requests): share of probes
+    # graded as they must be; a judge far from 1.0 makes accuracy meaningless
+    for key, want in (("probe_gold", "CORRECT"), ("probe_decoy", "INCORRECT")):
+        got = [(r.get("judgements") or {}).get(key) for r in rows if key in (r.get("judgements") or {})]
+        if got:
+            out.append(MetricRow(f"judge_{key}_ok", sum(g == want for g in got) / len(got), len(got)))
+    lexical = [_norm(r["gold"]) in _norm(r["output"] or "") for r in rows]
+    out.append(MetricRow("answer_contains_gold", sum(lexical) / n, n))
     return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 # -- tables -------------------------------------------------------------------------------------
@@ -76,6 +91,11 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _probe(m: dict[str, float]) -> str:
+    g, d = m.get("judge_probe_gold_ok"), m.get("judge_probe_decoy_ok")
+    return "-" if g is None and d is None else f"{_pct(g)}/{_pct(d)}"
 
 
 def _pct(x: float | None) -> str:
@@ -114,9 +134,10 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
                      f"{c['agent']['max_searches']}/{c['agent']['max_visits']}",
                      f"{m['searches_mean']:.1f} ± {m['searches_std']:.1f}", f"{m['visits_mean']:.1f} ± {m['visits_std']:.1f}",
-                     _pct(m["accuracy"]), _pct(m["failed"]), str(c["n"])])
+                     _pct(m["accuracy"]), _pct(m.get("answer_contains_gold")), _pct(m["failed"]),
+                     _probe(m), str(c["n"])])
     out["table1"] = _md(["Model", "Data", "Agent", "Budget (searches/visits)", "Searches (avg ± std)", "Visits (avg ± std)",
-                         "Accuracy (%)", "Failed (%)", "n"], rows)
+                         "Accuracy (%)", "Contains gold (%)", "Failed (%)", "Judge probes ok (gold/decoy, %)", "n"], rows)
 
     # Table 3: accuracy by search budget, other settings equal (visits fixed, as in the paper).
     groups: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)

@@ -189,13 +189,14 @@ def test_grading_requests_and_tables(tasks):
 
     def ep(i, reason, grade, s, v):
         return {"status": "ok", "finish_reason": reason, "judgements": {"grade": grade} if grade else {},
+                "gold": "Buffalo Bills", "output": "the buffalo bills!" if i == 0 else "x",
                 "n_searches": s, "n_visits": v, "n_refused_visits": 0, "n_turns": 2, "tokens_in": 10, "tokens_out": 5}
     rows = [ep(0, "finish", "CORRECT", 1, 0), ep(1, "finish", "INCORRECT", 3, 2), ep(2, "budget_exceeded", None, 6, 0),
             ep(3, "finish", None, 2, 1)]
     m = {x.metric: x.value for x in BENCH.metrics(rows)}
     assert m["accuracy"] == 0.25 and m["incorrect"] == 0.25 and m["failed"] == 0.25 and m["ungraded"] == 0.25
     assert m["searches_mean"] == 3.0 and m["searches_std"] == pytest.approx(1.8708, abs=1e-4)
-    assert m["finish_budget_exceeded"] == 0.25
+    assert m["finish_budget_exceeded"] == 0.25 and m["answer_contains_gold"] == 0.25
 
     def mrows(agent, acc, chash):
         return [{"benchmark": "livenews", "model": "m", "config_hash": chash, "agent": json.dumps(agent),
@@ -222,3 +223,28 @@ def test_agent_config_must_match_benchmark():
     with pytest.raises(ConfigError, match="agent.mode"):
         compose(["benchmark=livenews", "agent=livenews", "agent.mode=browse"])
     assert replace(cfg.agent, mode="no_search").mode == "no_search"
+
+
+def test_judge_probes_check_the_judge_itself(tasks):
+    from engine.config import to_plain
+    from engine.protocol import dumps
+
+    data = dumps(to_plain(LivenewsBenchmarkConfig()) | {"limit": None})
+    t = tasks[0]
+    row = {"episode_id": "e1", "finish_reason": "budget_exceeded", "question": t.question.question,
+           "gold": t.question.answer, "output": "", "data": data, "task_id": t.task_id}
+    reqs = {r.key: r.messages[0]["content"] for r in BENCH.judge_requests(row, {})}
+    assert set(reqs) == {"probe_gold", "probe_decoy"}           # probes even when the task failed
+    assert f"Predicted answer: {t.question.answer}" in reqs["probe_gold"]
+    decoy = reqs["probe_decoy"].split("Predicted answer: ")[1].split("\n")[0]
+    assert decoy in t.question.choices and decoy != t.question.answer
+    no_probe = dumps(to_plain(LivenewsBenchmarkConfig(judge_probes=False)) | {"limit": None})
+    assert BENCH.judge_requests(row | {"data": no_probe}, {}) == []
+
+    def ep(gold_probe, decoy_probe):
+        return {"status": "ok", "finish_reason": "finish", "gold": "a", "output": "a", "n_searches": 0, "n_visits": 0,
+                "n_refused_visits": 0, "n_turns": 1, "tokens_in": 1, "tokens_out": 1,
+                "judgements": {"grade": "CORRECT", "probe_gold": gold_probe, "probe_decoy": decoy_probe}}
+    m = {x.metric: x.value for x in BENCH.metrics([ep("CORRECT", "CORRECT"), ep("CORRECT", "INCORRECT"),
+                                                   ep("INCORRECT", None)])}
+    assert m["judge_probe_gold_ok"] == pytest.approx(2 / 3) and m["judge_probe_decoy_ok"] == pytest.approx(1 / 3)
