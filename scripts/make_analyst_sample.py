@@ -30,8 +30,8 @@ def write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
 
 
 def write_xlsx(path: Path, header: list[str], rows: list[list[object]]) -> None:
-    """An XLSX source (the paper's tasks mix .md, .csv and .xlsx). Written with fixed metadata
-    timestamps so the file is byte-for-byte reproducible."""
+    """An XLSX source (the paper's tasks mix .md, .csv and .xlsx). The cells are deterministic;
+    the file's bytes are not (the zip container stamps times)."""
     import datetime as dt
 
     import openpyxl

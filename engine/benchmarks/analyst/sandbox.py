@@ -9,7 +9,9 @@ The agentic analyst runs model-written pandas/matplotlib snippets. Each snippet 
   ``unshare -rn``: a network namespace with no interfaces. An audit hook also refuses
   ``socket.connect/bind`` and name lookups, so the rule holds where namespaces are unavailable;
 * **writes**: the audit hook refuses opening files for writing, and creating, renaming or
-  removing paths, outside the episode folder (``/dev/null`` excepted), and starting processes.
+  removing paths, outside the episode folder (``/dev/null`` excepted), starting processes, and
+  calling native code through ctypes (loading libraries from outside Python's installation,
+  looking up or calling foreign functions; numpy's import-time ``dlopen(None)`` is allowed).
 
 Audit hooks are a guard against a model's mistakes and casual escapes, not a security boundary
 against hostile native code (ctypes is refused for that reason, but C extensions can still do
@@ -34,6 +36,7 @@ from pathlib import Path
 _GUARD = r'''
 import os, sys
 _ROOT = os.path.realpath(sys.argv[1])
+_LIBS = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 def _inside(p):
@@ -64,8 +67,15 @@ def _hook(event, args):
     elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty",
                    "os.spawn", "pty.spawn"):
         raise PermissionError("sandbox: starting processes is not allowed")
-    elif event.startswith("ctypes."):
-        raise PermissionError("sandbox: ctypes is not allowed")
+    elif event == "ctypes.dlopen":
+        # numpy opens the process itself (None) at import; a library from outside Python's own
+        # installation could be anything
+        name = args[0] if args else None
+        if name is not None and not any(os.path.realpath(str(name)).startswith(p) for p in _LIBS):
+            raise PermissionError(f"sandbox: loading {name} with ctypes is not allowed")
+    elif event in ("ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
+                   "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "ctypes.set_errno"):
+        raise PermissionError("sandbox: calling native code through ctypes is not allowed")
 
 sys.addaudithook(_hook)
 _code = open(sys.argv[2], encoding="utf-8").read()

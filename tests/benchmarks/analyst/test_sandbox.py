@@ -75,7 +75,9 @@ def test_runaway_time_and_processes_are_stopped(box):
     assert res.timed_out and res.seconds < 10
     res = box.run_python("import subprocess\nsubprocess.run(['true'])")
     assert not res.ok and "starting processes is not allowed" in res.stderr
-    res = box.run_python("import ctypes\nctypes.CDLL(None)")
+    res = box.run_python("import ctypes\nctypes.CDLL(None).getpid()")
+    assert not res.ok and "ctypes" in res.stderr
+    res = box.run_python("import ctypes\nctypes.CDLL('libc.so.6')")
     assert not res.ok and "ctypes" in res.stderr
 
 
@@ -92,3 +94,22 @@ def test_file_tools_refuse_paths_outside(box):
         with pytest.raises(PathRefused):
             box.path(bad)
     assert box.files() == ["data/a.csv"]
+
+
+def test_pandas_and_matplotlib_work_inside(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    box = Sandbox(tmp_path / "episode", Limits(timeout_s=90, memory_mb=2048))
+    src = Path(__file__).resolve().parents[3] / "engine/benchmarks/analyst/sample_tasks/unemployment-brief/sources"
+    shutil.copy(src / "unemployment_rates.xlsx", box.root)
+    res = box.run_python(
+        "import pandas as pd, matplotlib.pyplot as plt, os\n"
+        "df = pd.read_excel('unemployment_rates.xlsx')\n"
+        "print(round(df[df.year == 2020].unemployment_rate.mean(), 2))\n"
+        "os.makedirs('figures', exist_ok=True)\n"
+        "df.pivot(index='year', columns='state', values='unemployment_rate').plot()\n"
+        "plt.savefig('figures/rates.png')\n")
+    assert res.ok, res.stderr[-2000:]
+    assert res.new_files == ["figures/rates.png"]
+    assert (box.root / "figures" / "rates.png").read_bytes()[:4] == b"\x89PNG"
