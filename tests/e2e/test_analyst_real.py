@@ -24,7 +24,9 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     if not is_prepared(default_model_dir()):
         pytest.fail("the offline model is not prepared: run scripts/setup.sh")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst,analyst_agentic",
+    # sweep agent.mode, not the agent group: Hydra validates the other overrides against the
+    # primary config, whose agent group must already be analyst
+    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",
            "benchmark.task_ids=[unemployment-brief]", "benchmark.max_claims=6", "benchmark.judge_max_tokens=384",
            "agent.max_steps=4", "agent.report_max_tokens=700", "agent.max_tokens_action=700",
            f"run.dir={tmp_path}", "run.progress=false"]
