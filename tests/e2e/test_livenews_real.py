@@ -40,9 +40,12 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
         if e["latest_result_date"]:
             assert dt.date.fromisoformat(e["latest_result_date"]) <= dt.date.fromisoformat(e["cutoff"])
         assert e["tokens_in"] > 0
-    # guided decoding: every model turn carries exactly one parseable action block
+    # guided decoding: every turn the model completed carries exactly one parseable action block
+    # (a turn cut at max_tokens_turn, e.g. by a reasoning line that loops, can end before it)
     steps = store.steps().to_pylist()
-    assert steps and all(s["parsed_action"] for s in steps), [s["raw_output"][-300:] for s in steps if not s["parsed_action"]]
+    assert any(s["parsed_action"] for s in steps)
+    assert all(s["parsed_action"] or "output cut at max_tokens_turn" in s["result"] for s in steps), \
+        [s["result"] for s in steps if not s["parsed_action"]]
 
     # one job, one model start: the second point reused the first point's replica
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
@@ -51,14 +54,16 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
     log = (tmp_path / "logs" / "vllm-replica0.log").read_text()
     assert log.count("Starting vLLM server on") == 1 and log.count("Application startup complete") == 1
 
-    # the grader stage judged every finished answer with the hosted model
+    # the grader stage ran on the hosted model: every finished answer is graded, and the judge
+    # probes (gold answer, wrong choice) were judged for every question
     judged = store.judgements()
     finished = [e for e in eps if e["finish_reason"] == "finish"]
     assert all("grade" in judged.get(e["episode_id"], {}) for e in finished)
+    assert all({"probe_gold", "probe_decoy"} <= set(judged.get(e["episode_id"], {})) for e in eps)
     metrics = store.metrics().to_pylist()
     assert {m["config_hash"] for m in metrics} and len({m["config_hash"] for m in metrics}) == 2
     names = {m["metric"] for m in metrics}
-    assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std"} <= names
+    assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std", "judge_probe_gold_ok"} <= names
 
     tables = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "tables", str(tmp_path)], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=120)
