@@ -42,7 +42,9 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     a = eps["agentic"]
     assert 1 <= a["steps"] <= 4 and a["finish_reason"] in ("finish", "step_cap", "token_cap", "no_report")
     steps = [s for s in store.steps().to_pylist() if s["episode_id"] == a["episode_id"]]
-    assert all(s["parsed_action"] for s in steps), "guided JSON: every agent turn is a tool call"
+    # guided JSON: every turn the model completed is a tool call (one cut at max_tokens_action can
+    # end mid-object)
+    assert all(s["parsed_action"] or s["tokens_out"] >= 700 for s in steps), [s["result"] for s in steps]
     assert (tmp_path / "artifacts" / a["episode_id"] / "sources" / "unemployment_rates.xlsx").exists()
 
     # judge rounds on the hosted model: every criterion of the task's checklist was judged for the
