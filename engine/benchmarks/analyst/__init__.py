@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.benchmarks.analyst import generation, prompts, scoring
-from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
+from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_tasks
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.errors import ConfigError
@@ -48,10 +48,6 @@ def _evidence_index(tasks_dir: str, task_id: str) -> tuple[list[str], np.ndarray
     task = _tasks(tasks_dir)[task_id]
     passages = chunk_sources(source_texts(task.sources_dir, preview_rows=10**6, full_rows=10**6), 1500, ByteCounter())
     return passages, _embedder().encode(passages)
-
-
-def _data(row: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(row["data"]) if row.get("data") else {}
 
 
 class AnalystBenchmark(BenchmarkBase):
@@ -120,7 +116,7 @@ class AnalystBenchmark(BenchmarkBase):
         report = row["output"] or ""
         if not report.strip():
             return []
-        b = AnalystBenchmarkConfig(**_data(row)) if row.get("data") else AnalystBenchmarkConfig()
+        b = row_config(row)
         task = _tasks(b.tasks_dir)[row["task_id"]]
         eid, mine = row["episode_id"], judged.get(row["episode_id"], {})
         out: list[JudgeRequest] = []

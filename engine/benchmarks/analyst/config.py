@@ -35,3 +35,10 @@ class AnalystAgentConfig:
     code_timeout_s: float = 30.0
     code_memory_mb: int = 2048
     observation_chars: int = 4000
+
+
+def row_config(row: dict) -> AnalystBenchmarkConfig:
+    """The benchmark config an episode row was produced under (its ``data`` column)."""
+    import json
+
+    return AnalystBenchmarkConfig(**json.loads(row["data"])) if row.get("data") else AnalystBenchmarkConfig()

@@ -20,7 +20,6 @@ window. Without a written report the episode's finish reason says so and its out
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -256,6 +255,3 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
     info["figures_written"] = sorted(str(p.relative_to(workdir)) for p in (workdir / "figures").glob("*.png"))
     return report, info
 
-
-def info_json(info: dict[str, Any]) -> str:
-    return json.dumps(info, sort_keys=True)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.benchmarks.analyst import scoring
-from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
+from engine.benchmarks.analyst.config import row_config
 from engine.protocol import MetricRow
 
 
@@ -36,7 +36,7 @@ def episode_scores(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]], 
                            "hallucination": halluc.percent if halluc else None,
                            "claims": len(json.loads(j["claims"])) if j.get("claims") else None,
                            "claims_unverified": halluc.unverified if halluc else 0}
-    b = AnalystBenchmarkConfig(**json.loads(row["data"])) if row.get("data") else AnalystBenchmarkConfig()
+    b = row_config(row)
     task = tasks(b.tasks_dir).get(row["task_id"])
     ref = [f.caption for f in scoring.figures(task.reference) if f.caption] if task else []
     gen = [f.caption for f in scoring.figures(row["output"] or "") if f.caption]
