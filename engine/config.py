@@ -154,6 +154,10 @@ class JudgeConfig:
     max_attempts: int = 2          # a malformed judgement is retried, then recorded as a failure
     max_inflight: int = 8
     request_timeout_s: float = 300.0
+    # openai_compatible judges: prices per million tokens for cost accounting (a hosted judge is
+    # paid for by the model's replica uptime).
+    price_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
 
 
 @dataclass
@@ -165,6 +169,57 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+
+@dataclass
+class PairwiseConfig:
+    """``dateline pairwise``: judge the outputs of finished runs two at a time (its own stage,
+    after generation). The judge is configured as for runs: ``judge=hosted`` hosts ``model``."""
+    # Benchmark whose outputs are compared (it defines the prompts and the reference text).
+    benchmark: str = "newsagent"
+    # Run directories; every configuration of the benchmark found in them is a candidate system.
+    runs: list[str] = field(default_factory=list)
+    # Keep only systems whose config hash starts with one of these (empty: all of them).
+    systems: list[str] = field(default_factory=list)
+    # Add each task's reference (human-written) text as a candidate when the task has one.
+    include_reference: bool = True
+    # dimension (the paper's six dimensions, then overall), single (the one-question baseline) or both.
+    protocol: str = "dimension"
+    # Also judge every pair with the order swapped (measures position bias; doubles the calls).
+    both_orders: bool = False
+    # Seed of the candidate order; recorded with every comparison.
+    seed: int = 0
+    # Only the first N tasks by id (null: all).
+    limit: Optional[int] = None
+    # Output folder: comparisons and judgements as Parquet, systems.json, a summary.
+    out: str = "runs/pairwise"
+    # Generation budget of one verdict.
+    max_tokens: int = 768
+    # Constrain the verdict to the prompt's JSON schema (vLLM structured outputs). Part of the
+    # judge's identity: constrained and free verdicts are stored apart.
+    guided_json: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+
+def validate_pairwise(cfg: PairwiseConfig) -> None:
+    from engine.benchmarks import get_benchmark
+
+    _check(bool(cfg.runs), "runs", "give at least one run directory, e.g. runs=[runs/a,runs/b]")
+    bench = get_benchmark(cfg.benchmark)
+    _check(bench.pairwise is not None, "benchmark", f"{cfg.benchmark} defines no pairwise judging")
+    allowed = (*bench.pairwise.protocols, "both")
+    _check(cfg.protocol in allowed, "protocol", f"must be one of {allowed}, got {cfg.protocol!r}")
+    _check(cfg.max_tokens >= 16, "max_tokens", "must be >= 16")
+    _check(cfg.limit is None or cfg.limit >= 1, "limit", "must be >= 1 or null")
+    _check(cfg.judge.kind in ("hosted", "openai_compatible"), "judge.kind",
+           f"pairwise judging needs a judge: hosted or openai_compatible, got {cfg.judge.kind!r}")
+    if cfg.judge.kind == "openai_compatible":
+        _check(bool(cfg.judge.base_url) and bool(cfg.judge.model), "judge.base_url", "base_url and model are required")
+    if cfg.judge.kind == "hosted" and cfg.model.kind == "vllm":
+        _check(bool(cfg.model.path), "model.path", "required for kind=vllm (a local model folder)")
+    _check(cfg.judge.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
 
 
 def to_plain(obj: Any) -> Any:

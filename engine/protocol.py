@@ -18,7 +18,10 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   after generation, batched over all episodes, in rounds: ``judged`` maps every episode id (and
   task-level ids such as ``task:<id>``) to the judgements made so far, so a request may depend
   on an earlier round's answer (analyst scores a checklist generated in round one),
-* ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table.
+* ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table,
+* ``episode_values(rows)``: per-episode values behind the mean-type metrics, which the report
+  resamples by task for confidence intervals,
+* ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark.
 """
@@ -28,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -123,6 +126,21 @@ class JudgeRequest:
     key: str
     messages: list[dict[str, str]]
     max_tokens: int = 16
+    json_schema: dict[str, Any] | None = None    # constrain the answer (vLLM structured outputs)
+
+
+@dataclass(frozen=True)
+class PairwiseSpec:
+    """How a benchmark's outputs are judged two at a time (``dateline pairwise``): the judging
+    protocols it defines, the dimensions a verdict may break down into, and the text a task
+    holds as its reference candidate. A verdict is the JSON string ``parse`` returns:
+    ``{"overall": "first"|"second", "dimensions": {name: "first"|"second"|"tie"|null}}``."""
+    protocols: tuple[str, ...]
+    dimensions: tuple[str, ...]
+    messages: Callable[[str, str, str], list[dict[str, str]]]     # (protocol, first, second)
+    parse: Callable[[str, str], str | None]                       # (protocol, text) -> verdict
+    json_schema: Callable[[str], dict[str, Any]]                  # protocol -> output schema
+    reference: Callable[[Any], str]                               # task -> reference text or ""
 
 
 class Benchmark(Protocol):
@@ -141,10 +159,18 @@ class Benchmark(Protocol):
     def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]: ...
     def parse_judgement(self, key: str, text: str) -> str | None: ...
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]: ...
+    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]: ...
 
 
 class BenchmarkBase:
     """Defaults for the optional parts of the protocol."""
+    pairwise: PairwiseSpec | None = None
+    # What the report draws (ray_jobs/report.py): metrics compared between configurations with
+    # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
+    # metric shown task by task.
+    primary_metrics: tuple[str, ...] = ()
+    curve: tuple[str, str] | None = None
+    per_task_metric: str | None = None
 
     def uses_model(self, agent_cfg: Any) -> bool:
         return True
@@ -163,6 +189,12 @@ class BenchmarkBase:
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         return {}
+
+    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+        """For each row (same order), ``{metric: value}`` for the metrics that are means of
+        per-episode values; the metric equals the mean over the rows that have the key. Rows
+        that are not counted (e.g. failed runs) give ``{}``. The report bootstraps these."""
+        return [{} for _ in rows]
 
 
 def dumps(obj: Any) -> str:

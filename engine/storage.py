@@ -4,7 +4,14 @@
       episodes/part-*.parquet   one row per finished episode
       steps/part-*.parquet      one row per model turn / environment step
       metrics/metrics.parquet   metric rows per (benchmark, model, agent config)
+      judgements/part-*.parquet one row per judge call's result (episode, judge identity, key)
+      run-*.json                what each run did (counts, timings, uptime, prices)
       _staging/                 shards are written here, then renamed into place
+
+    PAIRWISE_DIR/               (``dateline pairwise``)
+      comparisons/part-*.parquet  one row per planned comparison (task, pair, order, seed)
+      judgements/part-*.parquet   verdicts, keyed by (comparison id, judge identity, protocol)
+      systems.json                the compared systems; pairwise-*.json: what each stage did
 
 A flush writes the steps shard first, then the episodes shard; both carry the flush's
 ``batch_id``. An episode exists once its episodes row does; readers keep, per episode id, the
@@ -88,18 +95,39 @@ JUDGEMENT_SCHEMA = pa.schema([
 ])
 
 
+COMPARISON_SCHEMA = pa.schema([
+    pa.field("comparison_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),
+    pa.field("benchmark", pa.string()),
+    pa.field("task_id", pa.string()),
+    pa.field("system_a", pa.string()),       # the pair, sorted; outcomes are stated for a vs b
+    pa.field("system_b", pa.string()),
+    pa.field("first", pa.string()),          # system shown as the first article
+    pa.field("second", pa.string()),
+    pa.field("order", pa.string()),          # random (seeded) | swapped (the both-orders repeat)
+    pa.field("seed", pa.int64()),
+    pa.field("first_sha", pa.string()),      # hashes of the two texts judged
+    pa.field("second_sha", pa.string()),
+])
+
+
 def episode_schema(extra: Iterable[pa.Field]) -> pa.Schema:
     return pa.schema(EPISODE_FIELDS + list(extra))
 
 
-class EpisodeStore:
-    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = ()) -> None:
-        self.root = Path(run_dir)
-        self.schema = episode_schema(extra_fields)
-        for sub in ("episodes", "steps", "metrics", "judgements", "_staging"):
+def _batch_id() -> str:
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
+
+class _ShardedDir:
+    """A folder of tables written as atomic shards (staged, fsynced, renamed into place)."""
+    SUBDIRS: tuple[str, ...] = ()
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        for sub in (*self.SUBDIRS, "_staging"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
-    # -- writing ---------------------------------------------------------------------------
     def _write(self, table: pa.Table, sub: str, name: str) -> Path:
         staged = self.root / "_staging" / f"{sub}-{name}"
         pq.write_table(table, staged)
@@ -109,25 +137,11 @@ class EpisodeStore:
         os.replace(staged, final)
         return final
 
-    def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]]) -> str:
-        """Write finished episodes and their steps as one flush; returns the batch id."""
-        if not episodes:
-            return ""
-        batch_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-        name = f"part-{batch_id}.parquet"
-        for r in episodes:
-            r["batch_id"] = batch_id
-        for s in steps:
-            s["batch_id"] = batch_id
-        self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)
-        self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
-        return batch_id
-
     def write_judgements(self, rows: list[dict[str, Any]]) -> str:
         """One shard of judge results (the judge stage flushes as it goes)."""
         if not rows:
             return ""
-        batch_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        batch_id = _batch_id()
         for r in rows:
             r["batch_id"] = batch_id
         self._write(pa.Table.from_pylist(rows, schema=JUDGEMENT_SCHEMA), "judgements", f"part-{batch_id}.parquet")
@@ -150,8 +164,17 @@ class EpisodeStore:
             out.setdefault(eid, {})[key] = value
         return out
 
-    def write_metrics(self, rows: list[dict[str, Any]]) -> Path:
-        return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
+    def judgement_rows(self) -> list[dict[str, Any]]:
+        """Every judgement row ever written (all attempts' summaries, all judges), for accounting."""
+        return self._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+
+    def read_json(self, name: str) -> Any:
+        path = self.root / name
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def run_infos(self, prefix: str = "run-") -> list[dict[str, Any]]:
+        """The info JSONs drivers leave after each run (``run-*.json``, ``pairwise-*.json``)."""
+        return [json.loads(p.read_text()) for p in sorted(self.root.glob(f"{prefix}*.json"))]
 
     def write_json(self, name: str, obj: Any) -> None:
         tmp = self.root / "_staging" / name
@@ -171,6 +194,32 @@ class EpisodeStore:
                     t = t.append_column(schema.field(name), pa.nulls(t.num_rows, schema.field(name).type))
             tables.append(t.select(schema.names).cast(schema))
         return pa.concat_tables(tables)
+
+
+class EpisodeStore(_ShardedDir):
+    """A run directory: episodes, steps, judgements and metrics of every config run into it."""
+    SUBDIRS = ("episodes", "steps", "metrics", "judgements")
+
+    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = ()) -> None:
+        super().__init__(run_dir)
+        self.schema = episode_schema(extra_fields)
+
+    def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]]) -> str:
+        """Write finished episodes and their steps as one flush; returns the batch id."""
+        if not episodes:
+            return ""
+        batch_id = _batch_id()
+        name = f"part-{batch_id}.parquet"
+        for r in episodes:
+            r["batch_id"] = batch_id
+        for s in steps:
+            s["batch_id"] = batch_id
+        self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)
+        self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
+        return batch_id
+
+    def write_metrics(self, rows: list[dict[str, Any]]) -> Path:
+        return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
 
     def episodes(self) -> pa.Table:
         """Deduplicated episodes: per id, an ok row over an error row, then the newest."""
@@ -222,6 +271,26 @@ class EpisodeStore:
             self._write(table, sub, name)
             for f in old:
                 f.unlink()
+
+
+class PairwiseStore(_ShardedDir):
+    """A pairwise-judging directory: the planned comparisons and their judgements."""
+    SUBDIRS = ("comparisons", "judgements")
+
+    def write_comparisons(self, rows: list[dict[str, Any]]) -> str:
+        if not rows:
+            return ""
+        batch_id = _batch_id()
+        rows = [{**r, "batch_id": batch_id} for r in rows]
+        self._write(pa.Table.from_pylist(rows, schema=COMPARISON_SCHEMA), "comparisons", f"part-{batch_id}.parquet")
+        return batch_id
+
+    def comparisons(self) -> list[dict[str, Any]]:
+        """One row per comparison id (the first written; a comparison's content never changes)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for r in self._read("comparisons", COMPARISON_SCHEMA).to_pylist():
+            seen.setdefault(r["comparison_id"], r)
+        return list(seen.values())
 
 
 def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:

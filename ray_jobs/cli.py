@@ -1,4 +1,5 @@
-"""``dateline`` command: ``run`` (Hydra overrides follow), ``metrics RUN_DIR``, ``convert-realtimeqa``."""
+"""``dateline`` command: ``run`` and ``pairwise`` (Hydra overrides follow), ``report``, ``metrics``,
+``tables``, ``convert-realtimeqa``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ USAGE = """usage:
   dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
   dateline metrics RUN_DIR BENCHMARK        recompute the metrics table from a run's Parquet
   dateline tables RUN_DIR [BENCHMARK]       the benchmark's paper-layout tables (Markdown) from its metrics
+  dateline pairwise [hydra overrides ...]   judge finished runs two at a time (conf/pairwise.yaml),
+                                            e.g. runs=[runs/a,runs/b] out=runs/pairwise both_orders=true
+  dateline report PATH... [--out DIR]       HTML + Markdown report (intervals, plots, cost) of run
+                                            and pairwise directories; --help for options
   dateline convert-realtimeqa SRC OUT       RealTimeQA dumps -> newsagent dataset folder
 """
 
@@ -39,6 +44,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(table(["model", "config", "metric", "value", "n"],
                                [(r["model"], r["config_hash"], r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
         return 0
+    if cmd == "pairwise":
+        from ray_jobs.pairwise import hydra_entry as pairwise_entry
+
+        sys.argv = [sys.argv[0], *rest]
+        pairwise_entry()
+        return 0
+    if cmd == "report":
+        from ray_jobs.report import main as report_main
+
+        return report_main(rest)
     if cmd == "tables":
         if len(rest) not in (1, 2):
             sys.stderr.write(USAGE)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from engine.benchmarks import get_benchmark, runnable_benchmarks
-from engine.config import ClusterConfig, Config, IndexConfig, JudgeConfig, ModelConfig, RunConfig
+from engine.config import ClusterConfig, Config, IndexConfig, JudgeConfig, ModelConfig, PairwiseConfig, RunConfig
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 _registered = False
@@ -22,6 +23,7 @@ def register() -> None:
         return
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
+    cs.store(name="pairwise_schema", node=PairwiseConfig)
     for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
                         ("run", RunConfig), ("judge", JudgeConfig)):
         cs.store(group=group, name=f"{group}_schema", node=node)
@@ -49,6 +51,47 @@ def compose(overrides: Sequence[str] = ()) -> Config:
     cfg = to_config(dcfg)
     validate(cfg)
     return cfg
+
+
+def compose_pairwise(overrides: Sequence[str] = ()) -> PairwiseConfig:
+    """Compose ``conf/pairwise.yaml`` like ``dateline pairwise`` does (validated)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from engine.config import validate_pairwise
+
+    register()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        dcfg = hydra_compose(config_name="pairwise", overrides=list(overrides))
+    cfg = OmegaConf.to_object(dcfg)
+    assert isinstance(cfg, PairwiseConfig)
+    validate_pairwise(cfg)
+    return cfg
+
+
+def hydra_main(config_name: str, body: Callable[[Any, Any], None]) -> None:
+    """Run ``body(typed_config, session)`` under Hydra (``-m`` sweeps included) with one
+    :class:`~ray_jobs.session.Session` for the whole process, closed at the end: every point of a
+    sweep shares Ray, model pools, index and services."""
+    import hydra
+    from omegaconf import DictConfig
+
+    from ray_jobs.session import Session
+
+    register()
+    session = Session()
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)
+    def _main(dcfg: DictConfig) -> None:
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+        for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        body(OmegaConf.to_object(dcfg), session)
+
+    try:
+        _main()
+    finally:
+        session.close()
 
 
 def to_config(dcfg: object) -> Config:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
-from engine.config import Config, stable_hash
+from engine.config import Config, JudgeConfig, stable_hash
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore
@@ -27,8 +27,9 @@ log = logging.getLogger("dateline.judge")
 MAX_ROUNDS = 5
 
 
-def judge_identity(cfg: Config) -> tuple[str, str]:
-    """(display name, id) of the configured judge."""
+def judge_identity(cfg: Any, *extra: Any) -> tuple[str, str]:
+    """(display name, id) of the configured judge (``cfg`` has ``judge`` and ``model``); ``extra``
+    adds what else changes its answers (e.g. constrained decoding) to the id."""
     j = cfg.judge
     if j.kind == "hosted":
         m = cfg.model
@@ -37,7 +38,15 @@ def judge_identity(cfg: Config) -> tuple[str, str]:
     else:
         name = j.name or j.model
         ident = {"model": j.model, "base_url": j.base_url}
-    return name, f"{name}:{stable_hash(ident, j.temperature, n=8)}"
+    return name, f"{name}:{stable_hash(ident, j.temperature, *extra, n=8)}"
+
+
+def judge_endpoints(cfg: Any, hosted: Callable[[], list[Endpoint]]) -> list[Endpoint]:
+    """The judge's endpoints: its own for ``openai_compatible``, else ``hosted()`` (the run's model)."""
+    j = cfg.judge
+    if j.kind == "openai_compatible":
+        return [Endpoint(j.base_url.rstrip("/"), j.model, j.api_key_env)]
+    return hosted()
 
 
 def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
@@ -55,9 +64,12 @@ def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: 
     return list(out.values())
 
 
-async def _judge(requests: list[JudgeRequest], endpoints: list[Endpoint], cfg: Config, bench: Any,
-                 judge_id: str, flush: Any) -> dict[str, Any]:
-    j = cfg.judge
+async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j: JudgeConfig,
+                      parse: Callable[[str, str], str | None], judge_id: str,
+                      flush: Callable[[list[dict[str, Any]]], Any]) -> dict[str, Any]:
+    """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
+    answer into the stored value or None (malformed: retried, then stored as a failure);
+    results are handed to ``flush`` in shards of 64 and at the end."""
     router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 2), j.max_inflight)
     buf: list[dict[str, Any]] = []
     stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
@@ -69,7 +81,7 @@ async def _judge(requests: list[JudgeRequest], endpoints: list[Endpoint], cfg: C
         for attempt in range(1, j.max_attempts + 1):
             row["attempts"] = attempt
             try:
-                c = await client.chat(req.messages, req.max_tokens, seed=attempt - 1)
+                c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema, seed=attempt - 1)
             except GenerationError as e:
                 row["error"] = str(e)
                 continue
@@ -77,7 +89,7 @@ async def _judge(requests: list[JudgeRequest], endpoints: list[Endpoint], cfg: C
             row["tokens_in"] += c.prompt_tokens
             row["tokens_out"] += c.completion_tokens
             row["latency_s"] += c.latency_s
-            value = bench.parse_judgement(req.key, c.text)
+            value = parse(req.key, c.text)
             if value is not None:
                 row.update(value=value, ok=True, error="")
                 break
@@ -115,10 +127,10 @@ def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: s
         if not requests:
             break
         if eps is None:
-            eps = ([Endpoint(cfg.judge.base_url.rstrip("/"), cfg.judge.model, cfg.judge.api_key_env)]
-                   if cfg.judge.kind == "openai_compatible" else endpoints())
+            eps = judge_endpoints(cfg, endpoints)
         log.info("judge round %d: %d requests with %s", total["rounds"] + 1, len(requests), judge_id)
-        stats = asyncio.run(_judge(requests, eps, cfg, bench, judge_id, store.write_judgements))
+        stats = asyncio.run(judge_batch(requests, eps, cfg.judge, bench.parse_judgement, judge_id,
+                                        store.write_judgements))
         total["rounds"] += 1
         for k, v in stats.items():
             total[k] = total.get(k, 0) + v

@@ -218,6 +218,7 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
     own = session is None
     session = session or Session()
     t0 = time.time()
+    uptime0 = session.replica_seconds() if session.pools else 0.0
     bench = get_benchmark(cfg.benchmark.name)
     p = plan(cfg)
     store = EpisodeStore(p.run_dir, bench.episode_fields)
@@ -236,6 +237,11 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
 
         info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints)
         info["model_starts_in_session"] = session.model_starts
+        # what cost accounting needs (engine/cost.py): whose uptime this run paid for, at what price
+        info["config_hash"] = p.config_hash
+        info["model"] = to_plain(cfg.model)
+        info["judge_config"] = to_plain(cfg.judge)
+        info["replica_seconds_run"] = (session.replica_seconds() - uptime0) if session.pools else 0.0
     finally:
         if own:
             session.close()
@@ -252,30 +258,10 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
     return info
 
 
-def quiet_libraries() -> None:
-    for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 def hydra_entry() -> None:
-    import hydra
-    from omegaconf import DictConfig
+    from ray_jobs.configs import hydra_main
 
-    from ray_jobs.configs import CONF_DIR, register, to_config
-
-    register()
-    session = Session()   # one per process: every point of a -m sweep shares Ray, models, index, services
-
-    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-    def _main(dcfg: DictConfig) -> None:
-        logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
-        quiet_libraries()
-        run(to_config(dcfg), session)
-
-    try:
-        _main()
-    finally:
-        session.close()
+    hydra_main("config", lambda cfg, session: run(cfg, session))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ class AnalystBenchmark(BenchmarkBase):
     agent_schema = AnalystAgentConfig
     evaluation_fields = ("n_criteria", "figure_match_threshold", "evidence_k", "max_claims", "judge_max_tokens",
                          "checklist_max_tokens")
+    primary_metrics = ("checklist_pct", "hallucination_pct")
+    per_task_metric = "checklist_pct"
     episode_fields = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),
         *[pa.field(n, pa.int32()) for n in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",
@@ -172,6 +174,11 @@ class AnalystBenchmark(BenchmarkBase):
         from engine.benchmarks.analyst.metrics import aggregate
 
         return aggregate(rows, _tasks, _embedder)
+
+    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+        from engine.benchmarks.analyst.metrics import episode_values
+
+        return [episode_values(r, _tasks, _embedder) for r in rows]
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         from engine.benchmarks.analyst.metrics import tables

@@ -49,6 +49,27 @@ def episode_scores(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]], 
     return out
 
 
+def episode_values(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]],
+                   embedder: Callable[[], Any]) -> dict[str, float]:
+    """Per-episode values whose means are the metrics of :func:`aggregate`."""
+    if row["status"] != "ok":
+        return {}
+    s = episode_scores(row, tasks, embedder)
+    written = bool((row["output"] or "").strip())
+    out: dict[str, float] = {"report_written": float(written)}
+    if written:
+        out["length_tokens"] = float(row["report_tokens"])
+    for name, key in (("checklist_pct", "checklist"), ("hallucination_pct", "hallucination"),
+                      ("visual_coverage_pct", "coverage"), ("claims_per_report", "claims")):
+        if s[key] is not None:
+            out[name] = float(s[key])
+    out |= {"figures_per_report": float(s["figures"]), "criteria_unscored": float(s["criteria_unscored"]),
+            "claims_unverified": float(s["claims_unverified"]), "steps": float(row["steps"]),
+            "code_runs": float(row["code_runs"]), "tokens_in_mean": float(row["tokens_in"]),
+            "tokens_out_mean": float(row["tokens_out"])}
+    return out
+
+
 def aggregate(rows: list[dict[str, Any]], tasks: Callable[[str], dict[str, Any]],
               embedder: Callable[[], Any]) -> list[MetricRow]:
     rows = [r for r in rows if r["status"] == "ok"]

@@ -24,6 +24,8 @@ class LiveNewsBenchmark(BenchmarkBase):
     benchmark_schema = LivenewsBenchmarkConfig
     agent_schema = LivenewsAgentConfig
     evaluation_fields = ("judge_probes",)
+    primary_metrics = ("accuracy", "answer_contains_gold")
+    curve = ("max_searches", "accuracy")
     episode_fields = [
         pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
         pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
@@ -107,6 +109,9 @@ class LiveNewsBenchmark(BenchmarkBase):
 
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
         return metrics.aggregate(rows)
+
+    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+        return [metrics.episode_values(r) for r in rows]
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         return metrics.tables(metric_rows)

@@ -32,6 +32,26 @@ def episode_grade(row: dict[str, Any]) -> str:
     return g if g else "UNGRADED"
 
 
+def episode_values(row: dict[str, Any]) -> dict[str, float]:
+    """Per-episode values whose means are the metrics of :func:`aggregate` (not the std rows)."""
+    if row["status"] != "ok":
+        return {}
+    g = episode_grade(row)
+    out = {"accuracy": float(g == "CORRECT"), "incorrect": float(g == "INCORRECT"),
+           "not_attempted": float(g == "NOT ATTEMPTED"), "failed": float(g == "FAILED"),
+           "ungraded": float(g == "UNGRADED"), "searches_mean": float(row["n_searches"]),
+           "visits_mean": float(row["n_visits"]), "refused_visits_mean": float(row["n_refused_visits"]),
+           "turns_mean": float(row["n_turns"]), "tokens_in_mean": float(row["tokens_in"]),
+           "tokens_out_mean": float(row["tokens_out"]),
+           "answer_contains_gold": float(_norm(row["gold"]) in _norm(row["output"] or ""))}
+    out |= {f"finish_{f}": float(row["finish_reason"] == f) for f in FINISH_REASONS}
+    j = row.get("judgements") or {}
+    for key, want in (("probe_gold", "CORRECT"), ("probe_decoy", "INCORRECT")):
+        if key in j:
+            out[f"judge_{key}_ok"] = float(j[key] == want)
+    return out
+
+
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
     rows = [r for r in rows if r["status"] == "ok"]
     n = len(rows)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.benchmarks.newsagent import agent, metrics
+from engine.benchmarks.newsagent import agent, metrics, pairwise
 from engine.benchmarks.newsagent.data import NewsTask, load_dataset
 from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.errors import ConfigError
-from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow
+from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
 from indexes.corpus import Document
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -28,6 +28,8 @@ class NewsAgentBenchmark(BenchmarkBase):
     name = "newsagent"
     benchmark_schema = NewsagentBenchmarkConfig
     agent_schema = NewsagentAgentConfig
+    primary_metrics = ("search_f1", "edit_f1")
+    per_task_metric = "edit_f1"
     episode_fields = [
         pa.field("title", pa.string()), pa.field("release_date", pa.string()),
         pa.field("final_draft", pa.list_(pa.string())), pa.field("draft_ids", pa.list_(pa.string())),
@@ -38,6 +40,9 @@ class NewsAgentBenchmark(BenchmarkBase):
         pa.field("trace_untraceable_share", pa.float64()), pa.field("traceable", pa.bool_()),
         *[pa.field(n, pa.float64()) for n in metrics.FUNCTION_METRICS],
     ]
+
+    pairwise = PairwiseSpec(pairwise.PROTOCOLS, pairwise.DIMENSIONS, pairwise.messages, pairwise.parse,
+                            pairwise.json_schema, lambda task: task.reference_article)
 
     def validate(self, cfg: Any) -> None:
         a = cfg.agent
@@ -68,6 +73,9 @@ class NewsAgentBenchmark(BenchmarkBase):
 
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
         return metrics.aggregate(rows)
+
+    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+        return [metrics.episode_values(r) for r in rows]
 
 
 BENCHMARK = NewsAgentBenchmark()

@@ -45,20 +45,32 @@ USAGE_METRICS = ("tokens_in", "tokens_out", "n_search", "n_insert", "n_remove", 
                  "n_failed_remove", "n_failed_parse", "n_empty_search", "operations", "rephrase_attempts")
 
 
-def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    """Macro averages over finished episodes (status ok)."""
-    ok = [r for r in rows if r.get("status") == "ok"]
-    out: list[MetricRow] = [MetricRow("episodes", float(len(ok)), len(ok))]
-    scored = [r for r in ok if r.get("reference_ids")]
-    for m in FUNCTION_METRICS:
-        vals = [episode_scores(list(r["retrieved_ids"]), list(r["draft_ids"]), list(r["reference_ids"]))[m]
-                for r in scored]
-        out.append(MetricRow(m, fmean(vals) if vals else float("nan"), len(vals)))
+def episode_values(r: dict[str, Any]) -> dict[str, float]:
+    """The per-episode values whose means are the metrics (an ok episode; ``{}`` otherwise)."""
+    if r.get("status") != "ok":
+        return {}
+    out: dict[str, float] = {}
+    if r.get("reference_ids"):
+        out.update(episode_scores(list(r["retrieved_ids"]), list(r["draft_ids"]), list(r["reference_ids"])))
     for m in USAGE_METRICS:
-        vals = [float(r[m]) for r in ok if r.get(m) is not None]
-        out.append(MetricRow(f"mean_{m}", fmean(vals) if vals else float("nan"), len(vals)))
-    trace = [float(r["traceable"]) for r in ok if r.get("rephrase_attempts")]
-    out.append(MetricRow("traceable_rate", fmean(trace) if trace else float("nan"), len(trace)))
-    term = [float(r["finish_reason"] == "terminate") for r in ok]
-    out.append(MetricRow("terminated_rate", fmean(term) if term else float("nan"), len(term)))
+        if r.get(m) is not None:
+            out[f"mean_{m}"] = float(r[m])
+    if r.get("rephrase_attempts"):
+        out["traceable_rate"] = float(r["traceable"])
+    out["terminated_rate"] = float(r["finish_reason"] == "terminate")
+    return out
+
+
+METRIC_ORDER = (*FUNCTION_METRICS, *(f"mean_{m}" for m in USAGE_METRICS), "traceable_rate", "terminated_rate")
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
+    """Macro averages over finished episodes (status ok): each metric is the mean of
+    :func:`episode_values` over the episodes that have it."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    values = [episode_values(r) for r in ok]
+    out: list[MetricRow] = [MetricRow("episodes", float(len(ok)), len(ok))]
+    for m in METRIC_ORDER:
+        vals = [v[m] for v in values if m in v]
+        out.append(MetricRow(m, fmean(vals) if vals else float("nan"), len(vals)))
     return out

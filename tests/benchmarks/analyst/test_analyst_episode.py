@@ -159,6 +159,9 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     assert m["hallucination_pct"].value == 50.0
     # the reference has two figures; the report's one caption matches the monthly chart only
     assert m["visual_coverage_pct"].value == 50.0
+    # the report's intervals resample these per-episode values: their means are the metrics
+    (vals,) = BENCH.episode_values([row])
+    assert vals and all(m[k].value == pytest.approx(v) for k, v in vals.items())
     assert BENCH.parse_judgement("criterion:00", "therefore, the rating is: 4") == "4"
     assert BENCH.parse_judgement("claim:00", "maybe") is None
     t = BENCH.tables([{"benchmark": "analyst", "model": "fake", "config_hash": "h", "agent": row["agent"],

@@ -1,0 +1,144 @@
+"""Pairwise comparison of finished runs: which systems meet on which tasks, in which order, and
+how a stored verdict becomes an outcome. Plain Python; the Ray stage is ``ray_jobs/pairwise.py``.
+
+A *system* is one configuration of a benchmark (model + agent + data, i.e. a ``config_hash``)
+found in a run directory, or the task's reference (human-written) text. Every unordered pair of
+systems meets on every task where both have an output.
+
+Candidate order: the paper randomises which article is shown first to mitigate position bias.
+Here the order of a pair on a task is a pure function of (seed, task, the two system ids), so it
+is reproducible from the recorded seed, independent of which other systems are in the run, and
+about half of the comparisons show each side first. With ``both_orders`` every pair is judged a
+second time with the order swapped, which measures the judge's position bias directly.
+
+A comparison's id hashes the seed, the task, the ordered pair and the two texts: re-generating a
+run (different outputs) makes new comparisons instead of reusing stale verdicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from engine.stats import Outcome
+
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class System:
+    system_id: str          # "<model>:<config_hash[:8]>", or "reference"
+    label: str              # what a reader sees: model plus the settings that tell systems apart
+    model: str
+    config_hash: str        # "" for the reference
+    run_dir: str
+    agent: str              # agent config JSON ("" for the reference)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    comparison_id: str
+    task_id: str
+    system_a: str           # the pair, sorted: outcomes are always stated for a vs b
+    system_b: str
+    first: str              # the system shown as the first article
+    second: str
+    order: str              # "random" (seeded) or "swapped" (the both_orders repeat)
+    seed: int
+    first_sha: str
+    second_sha: str
+
+
+def text_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def a_first(seed: int, task_id: str, a: str, b: str) -> bool:
+    """Whether ``a`` is shown first: one bit of a hash of (seed, task, sorted pair)."""
+    lo, hi = sorted((a, b))
+    digest = hashlib.sha256(json.dumps([seed, task_id, lo, hi]).encode()).digest()
+    return (digest[0] & 1 == 0) == (a == lo)
+
+
+def plan(articles: Mapping[str, Mapping[str, str]], seed: int, both_orders: bool = False,
+         tasks: Iterable[str] | None = None) -> tuple[list[Comparison], list[tuple[str, str, str]]]:
+    """Comparisons for every pair of systems on every task both have a non-empty text for.
+    ``articles`` maps system id -> task id -> text. Returns (comparisons, skipped), where skipped
+    lists (task, system_a, system_b) pairs that could not meet because a text was missing."""
+    systems = sorted(articles)
+    all_tasks = sorted(set(tasks) if tasks is not None else {t for s in systems for t in articles[s]})
+    out: list[Comparison] = []
+    skipped: list[tuple[str, str, str]] = []
+    for a, b in itertools.combinations(systems, 2):
+        for t in all_tasks:
+            ta, tb = articles[a].get(t, ""), articles[b].get(t, "")
+            if not ta.strip() or not tb.strip():
+                skipped.append((t, a, b))
+                continue
+            first, second = (a, b) if a_first(seed, t, a, b) else (b, a)
+            orders = [("random", first, second)] + ([("swapped", second, first)] if both_orders else [])
+            for order, f, s in orders:
+                fs, ss = text_sha(articles[f][t]), text_sha(articles[s][t])
+                cid = hashlib.sha256(json.dumps([seed, t, f, s, fs, ss]).encode()).hexdigest()[:16]
+                out.append(Comparison(cid, t, a, b, f, s, order, seed, fs, ss))
+    return out, skipped
+
+
+def outcome(c: Mapping[str, Any], verdict: str | None, dimension: str | None = None) -> Outcome | None:
+    """The outcome (a vs b) of a comparison row under a parsed verdict (see the benchmark's
+    pairwise parser): overall when ``dimension`` is None, else that dimension, where "tie" is a
+    tie and a missing dimension gives None (not counted)."""
+    if verdict is None:
+        return None
+    v = json.loads(verdict)
+    side = v["overall"] if dimension is None else v.get("dimensions", {}).get(dimension)
+    if side is None:
+        return None
+    if side == "tie":
+        return Outcome(c["task_id"], c["system_a"], c["system_b"], None)
+    winner_id = c["first"] if side == "first" else c["second"]
+    return Outcome(c["task_id"], c["system_a"], c["system_b"], "a" if winner_id == c["system_a"] else "b")
+
+
+def position_bias(rows: Iterable[Mapping[str, Any]], verdicts: Mapping[str, str | None]) -> dict[str, float]:
+    """From comparisons judged in both orders: how often the verdict followed the position
+    (same side both times) vs the article (consistent), and the share of all verdicts that
+    picked the first article."""
+    by_pair: dict[tuple[str, str, str], dict[str, str]] = {}
+    firsts = total = 0
+    for c in rows:
+        v = verdicts.get(c["comparison_id"])
+        if v is None:
+            continue
+        side = json.loads(v)["overall"]
+        firsts += side == "first"
+        total += 1
+        by_pair.setdefault((c["task_id"], c["system_a"], c["system_b"]), {})[c["order"]] = side
+    both = [d for d in by_pair.values() if len(d) == 2]
+    same_side = sum(d["random"] == d["swapped"] for d in both)
+    return {"verdicts": float(total), "first_share": firsts / total if total else float("nan"),
+            "pairs_both_orders": float(len(both)),
+            "consistent_share": (len(both) - same_side) / len(both) if both else float("nan")}
+
+
+def labels(systems: list[dict[str, Any]]) -> dict[str, str]:
+    """Readable labels: the model name plus the agent fields whose values differ between systems
+    of the same model (e.g. ``qwen (guided_json=True)``)."""
+    agents = {s["system_id"]: json.loads(s["agent"]) if s["agent"] else {} for s in systems}
+    out = {}
+    for s in systems:
+        if s["system_id"] == REFERENCE:
+            out[s["system_id"]] = "reference (human)"
+            continue
+        peers = [agents[p["system_id"]] for p in systems if p["model"] == s["model"] and p["agent"]]
+        mine = agents[s["system_id"]]
+        diff = [k for k in sorted(mine) if any(p.get(k) != mine[k] for p in peers)]
+        extra = ", ".join(f"{k}={mine[k]}" for k in diff)
+        out[s["system_id"]] = f"{s['model']} ({extra})" if extra else s["model"]
+    counts: dict[str, int] = {}
+    for v in out.values():
+        counts[v] = counts.get(v, 0) + 1
+    return {k: f"{v} [{k.rsplit(':', 1)[-1][:6]}]" if counts[v] > 1 else v for k, v in out.items()}

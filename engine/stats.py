@@ -1,0 +1,256 @@
+"""Statistics for reports: pairwise win rates, Bradley-Terry ratings, bootstrap intervals that
+resample tasks, paired tests and judge-human agreement. Plain NumPy, no cluster, no I/O.
+
+Why tasks are the resampling unit: episodes of one task (several seeds, several systems) are
+correlated; resampling episodes would treat them as independent and give intervals that are too
+narrow. Every interval here is a percentile interval of a cluster bootstrap over task ids.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+DEFAULT_BOOT = 1000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One pairwise judgement: ``winner`` is ``a``, ``b`` or None for a tie (a tie counts half)."""
+    task_id: str
+    a: str
+    b: str
+    winner: str | None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    lo: float
+    hi: float
+    n: int                  # units the value is computed from (episodes, comparisons)
+    n_tasks: int = 0        # resampling units behind the interval
+
+    def fmt(self, scale: float = 1.0, digits: int = 1) -> str:
+        if math.isnan(self.value):
+            return "n/a"
+        v, lo, hi = self.value * scale, self.lo * scale, self.hi * scale
+        if math.isnan(lo):
+            return f"{v:.{digits}f}"
+        return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+# -- win rates ------------------------------------------------------------------------------------
+def _score(o: Outcome) -> float:
+    """1 when ``a`` won, 0 when ``b`` won, 0.5 for a tie."""
+    return 0.5 if o.winner is None else float(o.winner == "a")
+
+
+def win_counts(outcomes: Iterable[Outcome], systems: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(W, N): W[i, j] = wins of i over j (ties half), N[i, j] = comparisons of i and j."""
+    idx = {s: i for i, s in enumerate(systems)}
+    k = len(systems)
+    W, N = np.zeros((k, k)), np.zeros((k, k))
+    for o in outcomes:
+        i, j = idx[o.a], idx[o.b]
+        s = _score(o)
+        W[i, j] += s
+        W[j, i] += 1.0 - s
+        N[i, j] += 1
+        N[j, i] += 1
+    return W, N
+
+
+def win_rate_matrix(outcomes: Iterable[Outcome], systems: Sequence[str]) -> np.ndarray:
+    """M[i, j] = share of i-vs-j comparisons that i won (ties half); NaN where they never met and
+    on the diagonal. This is the paper's Figure 3."""
+    W, N = win_counts(outcomes, systems)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        M = np.where(N > 0, W / np.where(N > 0, N, 1), np.nan)
+    np.fill_diagonal(M, np.nan)
+    return M
+
+
+# -- Bradley-Terry --------------------------------------------------------------------------------
+def bradley_terry(outcomes: Iterable[Outcome], systems: Sequence[str], prior_games: float = 0.0,
+                  tol: float = 1e-10, max_iter: int = 20_000) -> np.ndarray:
+    """Log-strengths theta (mean zero) maximising the Bradley-Terry likelihood,
+    P(i beats j) = 1 / (1 + exp(theta_j - theta_i)), by Hunter's (2004) MM iteration.
+
+    ``prior_games`` adds that many virtual games, split evenly, to every pair that met: with 0 it
+    is the maximum-likelihood estimate (a system that won or lost everything gets +-inf); the
+    report uses 1 so every rating is finite. Systems that never met anyone get NaN."""
+    W, N = win_counts(outcomes, systems)
+    met = N > 0
+    W = W + met * prior_games / 2.0
+    N = N + met * prior_games
+    k = len(systems)
+    theta = np.full(k, np.nan)
+    active = N.sum(axis=1) > 0
+    if not active.any():
+        return theta
+    wins = W.sum(axis=1)
+    p = np.where(active, 1.0, 0.0)
+    for _ in range(max_iter):
+        S = p[:, None] + p[None, :]
+        denom = np.divide(N, S, out=np.zeros_like(N), where=(N > 0) & (S > 0)).sum(axis=1)
+        new = np.divide(wins, denom, out=np.zeros(k), where=active & (denom > 0))
+        pos = new[new > 0]
+        if pos.size:
+            new = new / np.exp(np.mean(np.log(pos)))     # fix the scale: geometric mean 1
+        done = np.max(np.abs(new - p)) < tol * max(1.0, float(np.max(new)))
+        p = new
+        if done:
+            break
+    with np.errstate(divide="ignore"):
+        logp = np.log(p[active])
+    finite = np.isfinite(logp)
+    if finite.any():
+        logp = logp - logp[finite].mean()
+    theta[active] = logp
+    return theta
+
+
+def elo(theta: np.ndarray) -> np.ndarray:
+    """Log-strengths on the familiar Elo scale (400 points = 10:1 odds), centred on 1000."""
+    return 1000.0 + 400.0 * theta / math.log(10.0)
+
+
+# -- bootstrap ------------------------------------------------------------------------------------
+def _percentile(samples: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    with warnings.catch_warnings():        # cells that are NaN in every resample (the diagonal) stay NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return (np.nanpercentile(samples, 100 * alpha / 2, axis=0),
+                np.nanpercentile(samples, 100 * (1 - alpha / 2), axis=0))
+
+
+def bootstrap(groups: Sequence[T], statistic: Callable[[list[T]], np.ndarray | float],
+              n_boot: int = DEFAULT_BOOT, seed: int = 0, alpha: float = 0.05
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(point, lo, hi) of ``statistic`` over resamples (with replacement) of ``groups``, one group
+    per task. ``statistic`` gets a list of groups and returns a float or an array."""
+    point = np.asarray(statistic(list(groups)), dtype=float)
+    if len(groups) < 2:
+        nan = np.full_like(point, np.nan)
+        return point, nan, nan
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+    samples = np.stack([np.asarray(statistic([groups[i] for i in d]), dtype=float) for d in draws])
+    lo, hi = _percentile(samples, alpha)
+    return point, lo, hi
+
+
+def cluster_mean(values: Sequence[float], clusters: Sequence[Hashable], n_boot: int = DEFAULT_BOOT,
+                 seed: int = 0, alpha: float = 0.05) -> Estimate:
+    """Mean of per-episode ``values`` with a bootstrap interval that resamples clusters (tasks):
+    each resample draws tasks with replacement and averages all of their episodes. Vectorised,
+    so it is cheap for every metric of every report."""
+    x = np.asarray(values, dtype=float)
+    keep = ~np.isnan(x)
+    x = x[keep]
+    cl = [c for c, k in zip(clusters, keep) if k]
+    if x.size == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0, 0)
+    ids = {c: i for i, c in enumerate(dict.fromkeys(cl))}
+    g = np.array([ids[c] for c in cl])
+    sums = np.bincount(g, weights=x, minlength=len(ids))
+    counts = np.bincount(g, minlength=len(ids)).astype(float)
+    value = float(x.mean())
+    if len(ids) < 2:
+        return Estimate(value, float("nan"), float("nan"), int(x.size), len(ids))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(ids), size=(n_boot, len(ids)))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    lo, hi = _percentile(means[:, None], alpha)
+    return Estimate(value, float(lo[0]), float(hi[0]), int(x.size), len(ids))
+
+
+def _by_task(outcomes: Iterable[Outcome]) -> list[list[Outcome]]:
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.task_id, []).append(o)
+    return list(groups.values())
+
+
+def win_rate_intervals(outcomes: Sequence[Outcome], systems: Sequence[str], n_boot: int = DEFAULT_BOOT,
+                       seed: int = 0, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(M, lo, hi, N): the win-rate matrix, its task-bootstrap interval per cell, and counts."""
+    groups = _by_task(outcomes)
+    point, lo, hi = bootstrap(groups, lambda gs: win_rate_matrix(itertools.chain(*gs), systems),
+                              n_boot, seed, alpha)
+    _, N = win_counts(outcomes, systems)
+    return point, lo, hi, N
+
+
+def bradley_terry_intervals(outcomes: Sequence[Outcome], systems: Sequence[str], prior_games: float = 1.0,
+                            n_boot: int = DEFAULT_BOOT, seed: int = 0, alpha: float = 0.05
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    groups = _by_task(outcomes)
+    return bootstrap(groups, lambda gs: bradley_terry(itertools.chain(*gs), systems, prior_games),
+                     n_boot, seed, alpha)
+
+
+# -- paired tests ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PairedTest:
+    mean_diff: float        # mean over shared tasks of (a - b)
+    lo: float
+    hi: float
+    p_value: float          # two-sided, sign-flip permutation test on per-task differences
+    n_tasks: int
+
+
+def paired_test(a: Mapping[str, float], b: Mapping[str, float], n_boot: int = DEFAULT_BOOT,
+                n_perm: int = 10_000, seed: int = 0, alpha: float = 0.05) -> PairedTest:
+    """Two systems on the same tasks: per-task values (already averaged over seeds) are paired;
+    the interval resamples tasks, the p-value flips the sign of each task's difference (exact
+    enumeration up to 16 tasks, Monte Carlo above)."""
+    shared = sorted(set(a) & set(b))
+    d = np.array([a[t] - b[t] for t in shared], dtype=float)
+    d = d[~np.isnan(d)]
+    n = int(d.size)
+    if n == 0:
+        return PairedTest(float("nan"), float("nan"), float("nan"), float("nan"), 0)
+    mean = float(d.mean())
+    rng = np.random.default_rng(seed)
+    if n >= 2:
+        boots = d[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+        lo, hi = (float(v[0]) for v in _percentile(boots[:, None], alpha))
+    else:
+        lo = hi = float("nan")
+    obs = abs(d.sum())
+    if n <= 16:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    else:
+        signs = rng.choice((1.0, -1.0), size=(n_perm, n))
+    stats = np.abs(signs @ d)
+    p = float(np.mean(stats >= obs - 1e-12))
+    return PairedTest(mean, lo, hi, p, n)
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Exact two-sided binomial test of wins vs losses (ties dropped) against 50/50."""
+    n = wins + losses
+    if n == 0:
+        return float("nan")
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+# -- agreement with humans ------------------------------------------------------------------------
+def agreement(judge: Mapping[Hashable, str], human: Mapping[Hashable, str | None],
+              task_of: Callable[[Hashable], str] | None = None, n_boot: int = DEFAULT_BOOT,
+              seed: int = 0) -> Estimate:
+    """Share of comparisons where the judge picked the human's winner (appendix C.3): human ties
+    (None) are excluded, and so are comparisons the judge did not decide. Keys are comparison
+    keys; ``task_of`` maps a key to its task for the bootstrap (default: the key itself)."""
+    keys = [k for k, h in human.items() if h is not None and judge.get(k) is not None]
+    vals = [float(judge[k] == human[k]) for k in keys]
+    return cluster_mean(vals, [task_of(k) if task_of else k for k in keys], n_boot, seed)

@@ -1,0 +1,644 @@
+"""``dateline report PATH... [--out DIR]``: one self-contained HTML page (plots embedded, and
+also saved as PNG next to it) and the same tables as Markdown, for any mix of run directories
+and pairwise directories.
+
+Every number that estimates something carries a 95% interval from a bootstrap that resamples
+tasks (``engine.stats``) and the count it rests on. Per run directory and benchmark: metrics per
+configuration, paired tests between configurations on the benchmark's primary metrics, its
+paper-layout tables, tokens and cost per episode, and the benchmark's curve (livenews: accuracy
+vs search budget) or per-task chart (analyst: checklist by task). Per pairwise directory: the
+win-rate matrix (heatmap), Bradley-Terry ratings, dimension-wise win/tie/loss shares, sign
+tests, position bias, judge failures, and agreement with human labels when a file is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import itertools
+import json
+import logging
+import math
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine import stats
+from engine.benchmarks import get_benchmark
+from engine.cost import Prices, episode_costs, token_cost, uptime_cost
+from engine.errors import DataError
+from engine.pairwise import outcome, position_bias
+from engine.storage import EpisodeStore, PairwiseStore
+
+log = logging.getLogger("dateline.report")
+
+
+# -- output assembly ----------------------------------------------------------------------------
+@dataclass
+class Page:
+    out: Path
+    md: list[str] = field(default_factory=list)
+    html: list[str] = field(default_factory=list)
+    figures: int = 0
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.md.append(f"{'#' * level} {text}\n")
+        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def para(self, text: str) -> None:
+        self.md.append(text + "\n")
+        self.html.append(f"<p>{html.escape(text)}</p>")
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        cells = [[str(c) for c in r] for r in rows]
+        self.md.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+                       + "".join("| " + " | ".join(r) + " |\n" for r in cells))
+        self.html.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                                   for r in cells) + "</table>")
+
+    def figure(self, fig: Any, name: str, caption: str) -> None:
+        import matplotlib.pyplot as plt
+
+        self.figures += 1
+        fname = f"fig{self.figures:02d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        data = buf.getvalue()
+        (self.out / fname).write_bytes(data)
+        self.md.append(f"![{caption}]({fname})\n\n*{caption}*\n")
+        self.html.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
+                         f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>')
+
+    def write(self, title: str) -> Path:
+        (self.out / "report.md").write_text(f"# {title}\n\n" + "\n".join(self.md))
+        page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}}
+h1{{border-bottom:2px solid #333}} h2{{margin-top:2em;border-bottom:1px solid #ccc}} h3{{margin-top:1.4em}}
+table{{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em}}
+th,td{{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}} th{{background:#f3f3f3}}
+tr:nth-child(even) td{{background:#fafafa}} figure{{margin:1em 0}} img{{max-width:100%}}
+figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}}
+</style></head><body><h1>{html.escape(title)}</h1>
+{chr(10).join(self.html)}
+</body></html>"""
+        path = self.out / "report.html"
+        path.write_text(page)
+        return path
+
+
+def num(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    a = abs(v)
+    return f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 1000 else f"{v:,.0f}"
+
+
+def est(e: stats.Estimate) -> str:
+    if math.isnan(e.value):
+        return "n/a"
+    ci = "" if math.isnan(e.lo) else f" [{num(e.lo)}, {num(e.hi)}]"
+    return f"{num(e.value)}{ci} (n={e.n})"
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# -- run directories ----------------------------------------------------------------------------
+@dataclass
+class ConfigGroup:
+    model: str
+    config_hash: str
+    agent: dict[str, Any]
+    data: dict[str, Any]
+    rows: list[dict[str, Any]]
+    label: str = ""
+
+
+def config_labels(groups: list[ConfigGroup]) -> None:
+    """Label each configuration by its model and the agent/data fields that differ between them."""
+    flat = [{**{f"agent.{k}": v for k, v in g.agent.items()},
+             **{f"benchmark.{k}": v for k, v in g.data.items() if k != "limit"}} for g in groups]
+    models = {g.model for g in groups}
+    for g, mine in zip(groups, flat):
+        diff = [k for k in sorted(mine) if any(o.get(k) != mine[k] for o in flat)]
+        extra = ", ".join(f"{k.split('.', 1)[1]}={mine[k]}" for k in diff)
+        base = g.model if len(models) > 1 or not extra else ""
+        g.label = " ".join(x for x in (base, f"({extra})" if base and extra else extra) if x) or g.model
+    seen: dict[str, int] = defaultdict(int)
+    for g in groups:
+        seen[g.label] += 1
+    for g in groups:
+        if seen[g.label] > 1:
+            g.label += f" [{g.config_hash[:6]}]"
+
+
+def _episode_tokens(r: dict[str, Any]) -> float:
+    return float((r["tokens_in"] or 0) + (r["tokens_out"] or 0))
+
+
+def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, Prices]
+              ) -> dict[str, dict[str, Any]]:
+    """Per config hash: uptime paid, prices, per-episode costs (aligned with the group's rows)."""
+    uptime: dict[str, float] = defaultdict(float)
+    model_cfg: dict[str, dict[str, Any]] = {}
+    judge_cost: dict[str, float] = defaultdict(float)
+    judge_tokens: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for info in store.run_infos():
+        h = info.get("config_hash")
+        if not h:
+            continue            # runs recorded before cost accounting
+        uptime[h] += float(info.get("replica_seconds_run") or 0.0)
+        model_cfg[h] = info.get("model") or {}
+        j = info.get("judge") or {}
+        ji, jo = float(j.get("tokens_in") or 0), float(j.get("tokens_out") or 0)
+        a, b = judge_tokens[h]
+        judge_tokens[h] = (a + ji, b + jo)
+        model_name = (info.get("model") or {}).get("name", "")
+        jp = prices.get(model_name) if (info.get("judge_config") or {}).get("kind") != "openai_compatible" else None
+        judge_cost[h] += token_cost(ji, jo, jp or Prices.of_judge(info.get("judge_config") or {}, info.get("model") or {}))
+    out = {}
+    for g in groups:
+        p = prices.get(g.model) or Prices.of_model(model_cfg.get(g.config_hash, {}))
+        ok = [r for r in g.rows if r["status"] == "ok"]
+        toks = [(float(r["tokens_in"] or 0), float(r["tokens_out"] or 0)) for r in ok]
+        per_ep = episode_costs(toks, p, uptime[g.config_hash])
+        ji, jo = judge_tokens[g.config_hash]
+        out[g.config_hash] = {"prices": p, "uptime_s": uptime[g.config_hash], "per_episode": per_ep,
+                              "tasks": [r["task_id"] for r in ok],
+                              "generation": sum(per_ep), "judge_tokens": (ji, jo),
+                              "judge_token_cost": judge_cost[g.config_hash], "recorded": g.config_hash in model_cfg}
+    return out
+
+
+def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) -> None:
+    probe = EpisodeStore(root)
+    names = sorted({r["benchmark"] for r in probe.episodes().select(["benchmark"]).to_pylist()})
+    for name in names:
+        bench = get_benchmark(name)
+        store = EpisodeStore(root, bench.episode_fields)
+        judged = store.judgements()
+        by: dict[str, ConfigGroup] = {}
+        for r in store.episodes().to_pylist():
+            if r["benchmark"] != name:
+                continue
+            r["judgements"] = judged.get(r["episode_id"], {})
+            g = by.setdefault(r["config_hash"], ConfigGroup(r["model"], r["config_hash"], json.loads(r["agent"] or "{}"),
+                                                             json.loads(r["data"] or "{}"), []))
+            g.rows.append(r)
+        groups = sorted(by.values(), key=lambda g: (g.model, json.dumps(g.agent, sort_keys=True), g.config_hash))
+        config_labels(groups)
+        page.heading(f"{name}: {root}")
+        page.para(f"{len(groups)} configuration(s); {sum(len(g.rows) for g in groups)} episodes. Intervals: 95% "
+                  f"bootstrap over tasks ({n_boot} resamples); n = episodes behind the value.")
+        page.table(["configuration", "config hash", "episodes (ok / error)", "tasks"],
+                   [[g.label, g.config_hash, f"{sum(r['status'] == 'ok' for r in g.rows)} / "
+                     f"{sum(r['status'] != 'ok' for r in g.rows)}", len({r['task_id'] for r in g.rows})]
+                    for g in groups])
+        # metrics with intervals
+        ests: dict[str, dict[str, stats.Estimate]] = {}
+        plain: dict[str, dict[str, tuple[float, int]]] = {}
+        order: list[str] = []
+        metric_rows: list[dict[str, Any]] = []
+        for g in groups:
+            mrows = bench.metrics(g.rows)
+            metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
+                             "agent": json.dumps(g.agent), "data": json.dumps(g.data), "metric": m.metric,
+                             "value": m.value, "n": m.n} for m in mrows]
+            plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
+            order += [m.metric for m in mrows if m.metric not in order]
+            vals = bench.episode_values(g.rows)
+            tasks = [r["task_id"] for r in g.rows]
+            ests[g.config_hash] = {}
+            for m in {k for v in vals for k in v}:
+                xs = [v.get(m, float("nan")) for v in vals]
+                e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
+                ests[g.config_hash][m] = e
+                want = plain[g.config_hash].get(m)
+                if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
+                                                                                      abs_tol=1e-9):
+                    log.warning("%s %s: per-episode mean %.6g differs from the metric %.6g", name, m, e.value, want[0])
+        page.heading("Metrics", 3)
+        rows_out = []
+        for m in order:
+            cells = []
+            for g in groups:
+                e = ests[g.config_hash].get(m)
+                if e is not None:
+                    cells.append(est(e))
+                else:
+                    v = plain[g.config_hash].get(m)
+                    cells.append(f"{num(v[0])} (n={v[1]})" if v else "")
+            rows_out.append([m, *cells])
+        page.table(["metric", *[g.label for g in groups]], rows_out)
+        # paired tests
+        pairs = [(a, b) for a, b in itertools.combinations(groups, 2)
+                 if {r["task_id"] for r in a.rows} & {r["task_id"] for r in b.rows}]
+        if pairs and bench.primary_metrics:
+            page.heading("Paired comparisons", 3)
+            page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
+                      "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
+                      "permutation test.")
+            prow = []
+            for m in bench.primary_metrics:
+                for a, b in pairs:
+                    t = stats.paired_test(_per_task(bench, a, m), _per_task(bench, b, m), n_boot)
+                    if t.n_tasks:
+                        prow.append([m, a.label, b.label, f"{num(t.mean_diff)} [{num(t.lo)}, {num(t.hi)}]",
+                                     f"{t.p_value:.3g}", t.n_tasks])
+            page.table(["metric", "A", "B", "A - B", "p", "tasks"], prow)
+        # paper tables
+        for title, md in bench.tables(metric_rows).items():
+            page.heading(f"Paper layout: {title}", 3)
+            page.md.append(md + "\n")
+            page.html.append(_md_table_html(md))
+        # cost and tokens
+        costs = run_costs(store, groups, prices)
+        page.heading("Tokens and cost", 3)
+        crow = []
+        for g in groups:
+            c = costs[g.config_hash]
+            ok = [r for r in g.rows if r["status"] == "ok"]
+            tok = stats.cluster_mean([_episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
+            p = c["prices"]
+            if p.configured:
+                ce = stats.cluster_mean(c["per_episode"], c["tasks"], n_boot)
+                cost_ep = f"${ce.value:.4f} [{ce.lo:.4f}, {ce.hi:.4f}]" if not math.isnan(ce.lo) else f"${ce.value:.4f}"
+                total = f"${c['generation'] + c['judge_token_cost']:.4f}"
+            else:
+                cost_ep = total = "no prices configured"
+            crow.append([g.label, est(tok), f"{c['uptime_s'] / 3600:.3f}" if c["recorded"] else "not recorded",
+                         f"in {p.input_per_mtok:g} / out {p.output_per_mtok:g} per Mtok; {p.gpu_hour:g} per unit-hour "
+                         f"x {p.units_per_replica:g}", cost_ep, total])
+        page.table(["configuration", "tokens per episode (in+out)", "replica hours (this config's runs)", "prices",
+                    "cost per episode", "run cost (generation + judge tokens)"], crow)
+        _tokens_plot(page, groups, name, costs)
+        if bench.curve:
+            _curve_plot(page, bench, groups, ests, name)
+        if bench.per_task_metric:
+            _per_task_plot(page, bench, groups, name)
+
+
+def _per_task(bench: Any, g: ConfigGroup, metric: str) -> dict[str, float]:
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r, v in zip(g.rows, bench.episode_values(g.rows)):
+        if metric in v and not math.isnan(v[metric]):
+            acc[r["task_id"]].append(v[metric])
+    return {t: float(np.mean(x)) for t, x in acc.items()}
+
+
+def _md_table_html(md: str) -> str:
+    lines = [ln for ln in md.strip().splitlines() if ln.startswith("|")]
+    if len(lines) < 2:
+        return f"<pre>{html.escape(md)}</pre>"
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
+    head, body = cells[0], cells[2:]
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def _tokens_plot(page: Page, groups: list[ConfigGroup], name: str, costs: dict[str, dict[str, Any]]) -> None:
+    plt = _plt()
+    data = [[_episode_tokens(r) for r in g.rows if r["status"] == "ok"] for g in groups]
+    if not any(data):
+        return
+    priced = [g for g in groups if costs[g.config_hash]["prices"].configured and costs[g.config_hash]["per_episode"]]
+    fig, axes = plt.subplots(1, 2 if priced else 1, figsize=(12 if priced else 8, 0.8 + 0.45 * len(groups)),
+                             squeeze=False)
+    ax = axes[0, 0]
+    ax.boxplot(data, orientation="horizontal", tick_labels=[_short(g.label, 45) for g in groups])
+    ax.set_xlabel("tokens per episode (prompt + completion)")
+    ax.grid(axis="x", alpha=.3)
+    if priced:
+        ax2 = axes[0, 1]
+        es = [stats.cluster_mean(costs[g.config_hash]["per_episode"], costs[g.config_hash]["tasks"]) for g in priced]
+        y = np.arange(len(priced))
+        err = np.array([[max(0.0, e.value - e.lo) if not math.isnan(e.lo) else 0 for e in es],
+                        [max(0.0, e.hi - e.value) if not math.isnan(e.hi) else 0 for e in es]])
+        ax2.barh(y, [e.value for e in es], xerr=err, capsize=3, color="#2b6cb0")
+        ax2.set_yticks(y, [_short(g.label, 45) for g in priced], fontsize=8)
+        ax2.set_xlabel("cost per episode ($, 95% interval over tasks)")
+        ax2.grid(axis="x", alpha=.3)
+    page.figure(fig, f"{name}-tokens-cost", f"{name}: tokens{' and cost' if priced else ''} per episode, by configuration")
+
+
+def _curve_plot(page: Page, bench: Any, groups: list[ConfigGroup], ests: dict[str, dict[str, stats.Estimate]],
+                name: str) -> None:
+    xfield, metric = bench.curve
+    lines: dict[str, list[tuple[float, stats.Estimate]]] = defaultdict(list)
+    for g in groups:
+        if xfield not in g.agent or metric not in ests[g.config_hash]:
+            continue
+        rest = {k: v for k, v in g.agent.items() if k != xfield}
+        key = f"{g.model} {json.dumps(rest, sort_keys=True)} {json.dumps(g.data, sort_keys=True)}"
+        lines[key].append((float(g.agent[xfield]), ests[g.config_hash][metric]))
+    lines = {k: sorted(v, key=lambda p: p[0]) for k, v in lines.items() if len(v) >= 2}
+    if not lines:
+        return
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    rows = []
+    for i, (key, pts) in enumerate(sorted(lines.items())):
+        xs = [p[0] for p in pts]
+        ys = np.array([p[1].value for p in pts])
+        lo = np.array([p[1].lo for p in pts])
+        hi = np.array([p[1].hi for p in pts])
+        err = np.vstack([np.nan_to_num(ys - lo), np.nan_to_num(hi - ys)])
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"series {i + 1}")
+        rows += [[f"series {i + 1}", key[:120], num(x), est(p[1])] for x, p in zip(xs, pts)]
+    ax.set_xlabel(xfield)
+    ax.set_ylabel(metric)
+    if all(0 <= p[1].value <= 1 for pts in lines.values() for p in pts):
+        ax.set_ylim(-0.02, 1.02)        # a rate: show the whole scale
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=8)
+    page.figure(fig, f"{name}-curve", f"{name}: {metric} vs {xfield} (95% bootstrap intervals over tasks)")
+    page.table(["series", "model / other settings", xfield, metric], rows)
+
+
+def _per_task_plot(page: Page, bench: Any, groups: list[ConfigGroup], name: str) -> None:
+    metric = bench.per_task_metric
+    per = {g.config_hash: _per_task(bench, g, metric) for g in groups}
+    tasks = sorted({t for v in per.values() for t in v})
+    if not tasks:
+        return
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(min(14, 2 + 0.5 * len(tasks) * max(1, len(groups))), 4))
+    w = 0.8 / max(1, len(groups))
+    for i, g in enumerate(groups):
+        ys = [per[g.config_hash].get(t, np.nan) for t in tasks]
+        ax.bar(np.arange(len(tasks)) + i * w, ys, w, label=g.label)
+    ax.set_xticks(np.arange(len(tasks)) + w * (len(groups) - 1) / 2, tasks, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=.3)
+    page.figure(fig, f"{name}-{metric}-by-task", f"{name}: {metric} by task (mean over seeds)")
+
+
+# -- pairwise directories -----------------------------------------------------------------------
+@dataclass
+class Verdicts:
+    judge: str
+    protocol: str
+    comparisons: list[dict[str, Any]]
+    values: dict[str, str | None]      # comparison id -> verdict JSON (None: failed)
+
+
+def load_verdicts(store: PairwiseStore) -> list[Verdicts]:
+    comps = store.comparisons()
+    judges = sorted({(r["judge"], r["key"]) for r in store.judgement_rows()})
+    out = []
+    for judge, proto in judges:
+        j = store.judgements(judge)
+        vals = {cid: d[proto] for cid, d in j.items() if proto in d}
+        out.append(Verdicts(judge, proto, [c for c in comps if c["comparison_id"] in vals], vals))
+    return out
+
+
+def read_human(path: Path, systems: set[str]) -> dict[tuple[str, str, str], str | None]:
+    """Human preferences, JSON Lines: ``{"task_id", "system_a", "system_b", "winner"}`` with winner
+    one of the two system ids or "tie". Errors name the file, line and field."""
+    from engine.jsonl import field_str, read_jsonl
+
+    out: dict[tuple[str, str, str], str | None] = {}
+    for row, rec in read_jsonl(path):
+        task, a, b, winner = (field_str(path, row, rec, f) for f in ("task_id", "system_a", "system_b", "winner"))
+        for f, sid in (("system_a", a), ("system_b", b)):
+            if sid not in systems:
+                raise DataError(path, row, f, f"unknown system {sid!r} (known: {sorted(systems)})")
+        if winner not in (a, b, "tie"):
+            raise DataError(path, row, "winner", f"must be system_a, system_b or \"tie\", got {winner!r}")
+        lo, hi = sorted((a, b))
+        out[(task, lo, hi)] = None if winner == "tie" else winner
+    return out
+
+
+def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None) -> None:
+    store = PairwiseStore(root)
+    systems = store.read_json("systems.json") or []
+    label = {s["system_id"]: s["label"] for s in systems}
+    page.heading(f"Pairwise judging: {root}")
+    page.table(["system", "label", "run"], [[s["system_id"], s["label"], s["run_dir"] or "(task data)"]
+                                           for s in systems])
+    infos = store.run_infos("pairwise-")
+    if infos:
+        tin = sum(float((i.get("judge_stats") or {}).get("tokens_in") or 0) for i in infos)
+        tout = sum(float((i.get("judge_stats") or {}).get("tokens_out") or 0) for i in infos)
+        up = sum(float(i.get("replica_seconds") or 0) for i in infos)
+        cost = sum(uptime_cost(float(i.get("replica_seconds") or 0), Prices.of_model((i.get("config") or {}).get("model") or {}))
+                   + token_cost(float((i.get("judge_stats") or {}).get("tokens_in") or 0),
+                                float((i.get("judge_stats") or {}).get("tokens_out") or 0),
+                                Prices.of_judge((i.get("config") or {}).get("judge") or {},
+                                                (i.get("config") or {}).get("model") or {})) for i in infos)
+        page.para(f"Judging cost over {len(infos)} stage run(s): {tin:,.0f} prompt / {tout:,.0f} completion tokens, "
+                  f"{up / 3600:.3f} replica hours, ${cost:.4f} at the configured prices.")
+        last = infos[-1]
+        page.para(f"Latest stage: {last.get('comparisons')} comparisons ({last.get('skipped_pairs')} pair-tasks "
+                  f"skipped because a text was missing), judge {last.get('judge')}, "
+                  f"seed {(last.get('config') or {}).get('seed')}, both orders: "
+                  f"{(last.get('config') or {}).get('both_orders')}.")
+    for v in load_verdicts(store):
+        ids = sorted({c["system_a"] for c in v.comparisons} | {c["system_b"] for c in v.comparisons})
+        names = [label.get(i, i) for i in ids]
+        outs = [o for c in v.comparisons if (o := outcome(c, v.values[c["comparison_id"]])) is not None]
+        failed = sum(val is None for val in v.values.values())
+        page.heading(f"{v.protocol} protocol, judge {v.judge}", 3)
+        page.para(f"{len(v.values)} verdicts over {len({c['task_id'] for c in v.comparisons})} tasks; {failed} failed "
+                  f"(malformed after every retry; excluded, not guessed).")
+        if not outs:
+            continue
+        M, lo, hi, N = stats.win_rate_intervals(outs, ids, n_boot)
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(ids), 1.2 + 1.1 * len(ids)))
+        im = ax.imshow(np.nan_to_num(M * 100, nan=np.nan), cmap="Blues", vmin=0, vmax=100)
+        for i, j in itertools.product(range(len(ids)), repeat=2):
+            if i != j and N[i, j] > 0:
+                ax.text(j, i, f"{M[i, j] * 100:.0f}\n[{lo[i, j] * 100:.0f}-{hi[i, j] * 100:.0f}]",
+                        ha="center", va="center", fontsize=8, color="white" if M[i, j] > .6 else "black")
+        ax.set_xticks(range(len(ids)), [_short(n) for n in names], rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(ids)), [_short(n) for n in names], fontsize=8)
+        ax.set_xlabel("column system")
+        ax.set_ylabel("row system")
+        fig.colorbar(im, ax=ax, label="row wins (%)")
+        page.figure(fig, f"winrate-{v.protocol}", f"Win rate (%) of the row system over the column system "
+                                                  f"({v.protocol} protocol), 95% bootstrap interval over tasks")
+        page.table(["row \\ column", *names],
+                   [[names[i], *[("" if i == j or N[i, j] == 0 else
+                                  f"{M[i, j] * 100:.1f} [{lo[i, j] * 100:.1f}, {hi[i, j] * 100:.1f}] (n={int(N[i, j])})")
+                                 for j in range(len(ids))]] for i in range(len(ids))])
+        theta, tlo, thi = stats.bradley_terry_intervals(outs, ids, prior_games=1.0, n_boot=n_boot)
+        W, Nn = stats.win_counts(outs, ids)
+        rank = np.argsort(-np.nan_to_num(theta, nan=-np.inf))
+        page.para("Bradley-Terry ratings from every pairwise outcome (one virtual tie per pair that met keeps "
+                  "ratings finite); Elo scale: 400 points = 10:1 odds, centred on 1000.")
+        page.table(["rank", "system", "BT log-strength", "Elo", "wins / comparisons"],
+                   [[k + 1, names[i], f"{theta[i]:.2f} [{tlo[i]:.2f}, {thi[i]:.2f}]",
+                     f"{stats.elo(np.array([theta[i]]))[0]:.0f} [{stats.elo(np.array([tlo[i]]))[0]:.0f}, "
+                     f"{stats.elo(np.array([thi[i]]))[0]:.0f}]", f"{W[i].sum():g} / {Nn[i].sum():g}"]
+                    for k, i in enumerate(rank)])
+        srow = []
+        for a, b in itertools.combinations(range(len(ids)), 2):
+            if N[a, b]:
+                wins = sum(1 for o in outs if {o.a, o.b} == {ids[a], ids[b]} and o.winner is not None
+                           and (o.a if o.winner == "a" else o.b) == ids[a])
+                losses = sum(1 for o in outs if {o.a, o.b} == {ids[a], ids[b]} and o.winner is not None) - wins
+                srow.append([names[a], names[b], f"{wins} - {losses}", f"{stats.sign_test(wins, losses):.3g}"])
+        page.table(["A", "B", "A wins - B wins", "sign test p (two-sided)"], srow)
+        _dimension_section(page, v, ids, names)
+        pb = position_bias(v.comparisons, v.values)
+        firsts = [float(json.loads(v.values[c["comparison_id"]])["overall"] == "first") for c in v.comparisons
+                  if v.values[c["comparison_id"]] is not None]
+        fe = stats.cluster_mean(firsts, [c["task_id"] for c in v.comparisons if v.values[c["comparison_id"]] is not None],
+                                n_boot)
+        consistent = ("n/a (judge with both_orders=true to measure)" if not pb["pairs_both_orders"] else
+                      f"{pb['consistent_share'] * 100:.1f}% of {int(pb['pairs_both_orders'])} pairs")
+        page.para(f"Position: the first article won {est(fe)} of verdicts (0.5 = no position preference). "
+                  f"Same winner when the order is swapped: {consistent}.")
+        if human is not None:
+            _agreement(page, v, human, set(ids), n_boot)
+
+
+def _short(s: str, n: int = 38) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _dimension_section(page: Page, v: Verdicts, ids: list[str], names: list[str]) -> None:
+    present = {d for val in v.values.values() if val for d in json.loads(val).get("dimensions", {})}
+    bench = {c.get("benchmark") for c in v.comparisons} - {None}
+    order = list(get_benchmark(bench.pop()).pairwise.dimensions) if len(bench) == 1 else []
+    dims = [d for d in order if d in present] + sorted(present - set(order))      # the paper's order
+    if not dims:
+        return
+    pairs = [(a, b) for a, b in itertools.combinations(range(len(ids)), 2)]
+    rows = []
+    shares: dict[tuple[int, int], list[tuple[float, float, float, int]]] = {}
+    for a, b in pairs:
+        shares[(a, b)] = []
+        for d in [*dims, None]:
+            os_ = [o for c in v.comparisons if {c["system_a"], c["system_b"]} == {ids[a], ids[b]}
+                   and (o := outcome(c, v.values[c["comparison_id"]], d)) is not None]
+            n = len(os_)
+            win = sum(1 for o in os_ if o.winner is not None and (o.a if o.winner == "a" else o.b) == ids[a])
+            tie = sum(1 for o in os_ if o.winner is None)
+            s = (win / n, tie / n, (n - win - tie) / n, n) if n else (np.nan, np.nan, np.nan, 0)
+            shares[(a, b)].append(s)
+        rows.append([names[a], names[b], *[f"{x[0] * 100:.0f} / {x[1] * 100:.0f} / {x[2] * 100:.0f} (n={x[3]})"
+                                          if x[3] else "n/a" for x in shares[(a, b)]]])
+    page.para("Dimension-wise outcomes (Figure 4): % of A wins / ties / B wins per dimension; n counts the "
+              "verdicts that judged the dimension (a partial verdict leaves some out).")
+    page.table(["A", "B", *dims, "Overall"], rows)
+    plt = _plt()
+    fig, axes = plt.subplots(len(pairs), 1, figsize=(9, 0.9 + 0.5 * (len(dims) + 2) * len(pairs)), squeeze=False)
+    labels_ = [*dims, "Overall"]
+    for ax, (a, b) in zip(axes[:, 0], pairs):
+        s = np.array([x[:3] for x in shares[(a, b)]], dtype=float) * 100
+        y = np.arange(len(labels_))[::-1]
+        left = np.zeros(len(labels_))
+        for k, (col, lab) in enumerate(((("#2b6cb0"), f"{_short(names[a], 30)} wins"), ("#bbbbbb", "tie"),
+                                         ("#dd6b20", f"{_short(names[b], 30)} wins"))):
+            vals = np.nan_to_num(s[:, k])
+            ax.barh(y, vals, left=left, color=col, label=lab)
+            left += vals
+        ax.set_yticks(y, labels_, fontsize=8)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("% of verdicts")
+        ax.set_title(f"{_short(names[a], 45)} vs {_short(names[b], 45)}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    page.figure(fig, f"dimensions-{v.protocol}", f"Per-dimension win / tie / loss shares ({v.protocol} protocol)")
+
+
+def _agreement(page: Page, v: Verdicts, human_path: Path, systems: set[str], n_boot: int) -> None:
+    human = read_human(human_path, systems | {"reference"})
+    judge: dict[tuple[str, str, str], str] = {}
+    for c in v.comparisons:
+        if c["order"] != "random":
+            continue
+        o = outcome(c, v.values[c["comparison_id"]])
+        if o is not None and o.winner is not None:
+            judge[(c["task_id"], c["system_a"], c["system_b"])] = o.a if o.winner == "a" else o.b
+    e = stats.agreement(judge, human, task_of=lambda k: k[0], n_boot=n_boot)
+    ties = sum(h is None for h in human.values())
+    page.para(f"Agreement with human labels ({human_path.name}): {est(e)}; {ties} human ties excluded, "
+              f"{sum(1 for k, h in human.items() if h is not None and k not in judge)} labelled pairs without a "
+              f"verdict excluded (appendix C.3: exact match on non-tied pairs).")
+
+
+def pairwise_summary(root: Path, n_boot: int = 200) -> str:
+    """Markdown: win rates and Bradley-Terry per judge and protocol (for the end of a stage)."""
+    store = PairwiseStore(root)
+    label = {s["system_id"]: s["label"] for s in store.read_json("systems.json") or []}
+    out = []
+    for v in load_verdicts(store):
+        ids = sorted({c["system_a"] for c in v.comparisons} | {c["system_b"] for c in v.comparisons})
+        outs = [o for c in v.comparisons if (o := outcome(c, v.values[c["comparison_id"]])) is not None]
+        if not outs:
+            continue
+        M = stats.win_rate_matrix(outs, ids)
+        theta = stats.bradley_terry(outs, ids, prior_games=1.0)
+        names = [label.get(i, i) for i in ids]
+        out.append(f"{v.protocol} / {v.judge}: {len(outs)} verdicts")
+        out.append("win rate (row over column, %): " + "; ".join(
+            f"{names[i]} > {names[j]}: {M[i, j] * 100:.0f}" for i, j in itertools.permutations(range(len(ids)), 2)
+            if not math.isnan(M[i, j])))
+        out.append("Bradley-Terry: " + ", ".join(f"{names[i]} {theta[i]:+.2f}" for i in np.argsort(-theta)))
+    return "\n".join(out) or "no verdicts yet"
+
+
+# -- entry ----------------------------------------------------------------------------------------
+def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Path | None = None,
+          prices: dict[str, Prices] | None = None, title: str = "dateline report") -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    page = Page(out)
+    for p in map(Path, paths):
+        if (p / "comparisons").is_dir():
+            pairwise_section(page, p, n_boot, human)
+        elif (p / "episodes").is_dir():
+            run_section(page, p, n_boot, prices or {})
+        else:
+            raise DataError(p, None, None, "neither a run directory (episodes/) nor a pairwise directory (comparisons/)")
+    return page.write(title)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dateline report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+", help="run directories and/or pairwise directories")
+    ap.add_argument("--out", help="output folder (default: the first path's report/)")
+    ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    ap.add_argument("--human", help="JSON Lines of human preferences for agreement (pairwise)")
+    ap.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT[,HOUR[,UNITS]]",
+                    help="price a model (overrides what its runs recorded); repeatable")
+    ap.add_argument("--title", default="dateline report")
+    a = ap.parse_args(argv)
+    prices = {}
+    for spec in a.price:
+        model, _, rest = spec.partition("=")
+        if not rest:
+            ap.error(f"--price {spec!r}: expected MODEL=IN,OUT[,HOUR[,UNITS]]")
+        try:
+            prices[model] = Prices.parse(rest)
+        except ValueError as e:
+            ap.error(str(e))
+    out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title)
+    sys.stdout.write(f"{path}\n{out / 'report.md'}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

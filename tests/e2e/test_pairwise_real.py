@@ -1,0 +1,56 @@
+"""Pairwise judging on real parts: a newsagent run (the model-free rule-based agent, so only the
+judge needs the model), then `dateline pairwise` hosting the offline model in vLLM as the judge
+with constrained JSON, both candidate orders, Parquet out, and the HTML report from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.hosting.prepare_model import default_model_dir, is_prepared
+from engine.storage import PairwiseStore
+from ray_jobs.report import build
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+
+
+def test_pairwise_judge_on_the_offline_model(tmp_path):
+    if not is_prepared(default_model_dir()):
+        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    run_dir, out = tmp_path / "run", tmp_path / "pw"
+    gen = subprocess.run([sys.executable, "-m", "ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based",
+                          "benchmark.limit=2", f"run.dir={run_dir}", "run.progress=false"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert gen.returncode == 0, gen.stderr[-4000:]
+    judge = subprocess.run([sys.executable, "-m", "ray_jobs.pairwise", f"runs=[{run_dir}]", f"out={out}",
+                            "both_orders=true", "seed=11", "max_tokens=640"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+    assert judge.returncode == 0, judge.stderr[-4000:]
+
+    store = PairwiseStore(out)
+    comps = store.comparisons()
+    # rule-based vs the human reference on 2 tasks, in both orders
+    assert len(comps) == 4 and {c["order"] for c in comps} == {"random", "swapped"}
+    assert {c["system_b"] for c in comps} == {"reference"} and {c["seed"] for c in comps} == {11}
+    rows = store.judgement_rows()
+    assert len(rows) == 4 and all(r["tokens_in"] > 0 for r in rows)
+    ok = [r for r in rows if r["ok"]]
+    # constrained decoding: every verdict parses (a failure would be recorded, never guessed)
+    assert len(ok) == 4, [r["error"] for r in rows if not r["ok"]]
+    for r in ok:
+        v = json.loads(r["value"])
+        assert v["overall"] in ("first", "second") and len(v["dimensions"]) == 6
+    info = json.loads(next(out.glob("pairwise-*.json")).read_text())
+    assert info["replica_seconds"] > 0 and info["judge_stats"]["ok"] == 4
+
+    page = build([str(out), str(run_dir)], tmp_path / "report", n_boot=200)
+    html = page.read_text()
+    assert "Bradley-Terry" in html and html.count("data:image/png;base64,") >= 3
+    assert (tmp_path / "report" / "report.md").read_text().count("| reference (human) |") >= 2
