@@ -25,6 +25,7 @@ from engine.storage import EpisodeStore
 
 log = logging.getLogger("dateline.judge")
 MAX_ROUNDS = 5
+FLUSH_S = 30.0
 
 
 def judge_identity(cfg: Any, *extra: Any) -> tuple[str, str]:
@@ -69,9 +70,10 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
                       flush: Callable[[list[dict[str, Any]]], Any]) -> dict[str, Any]:
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
-    results are handed to ``flush`` in shards of 64 and at the end."""
+    results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
     router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 2), j.max_inflight)
     buf: list[dict[str, Any]] = []
+    last_flush = [time.monotonic()]
     stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
 
     async def one(req: JudgeRequest) -> None:
@@ -99,9 +101,12 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
         stats["tokens_in"] += row["tokens_in"]
         stats["tokens_out"] += row["tokens_out"]
         buf.append(row)
-        if len(buf) >= 64:
+        # a shard every 64 results, or every FLUSH_S on slow judges (long checklist generations),
+        # so a killed stage loses little
+        if len(buf) >= 64 or time.monotonic() - last_flush[0] >= FLUSH_S:
             flush(buf[:])
             buf.clear()
+            last_flush[0] = time.monotonic()
 
     try:
         await asyncio.gather(*(one(r) for r in requests))

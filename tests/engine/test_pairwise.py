@@ -202,7 +202,13 @@ def test_pairwise_stage_and_report(tmp_path):
     _, arts, _ = collect(cfg2, BENCHMARK)
     assert {(c.task_id, c.system_a, c.system_b): c.first for c in plan(arts, 5)[0]} == firsts   # reproducible
 
-    page = build([str(out), str(run_a), str(run_b)], tmp_path / "report", n_boot=200)
+    human = tmp_path / "human.jsonl"     # humans agree on 2 of the judge's verdicts, disagree on 1, tie on 1
+    human.write_text("\n".join(json.dumps(r) for r in [
+        {"task_id": "sample-01", "system_a": "qwen:aaaaaaaa", "system_b": "reference", "winner": "qwen:aaaaaaaa"},
+        {"task_id": "sample-02", "system_a": "reference", "system_b": "qwen:aaaaaaaa", "winner": "qwen:aaaaaaaa"},
+        {"task_id": "sample-01", "system_a": "qwen:bbbbbbbb", "system_b": "reference", "winner": "reference"},
+        {"task_id": "sample-02", "system_a": "qwen:bbbbbbbb", "system_b": "reference", "winner": "tie"}]) + "\n")
+    page = build([str(out), str(run_a), str(run_b)], tmp_path / "report", n_boot=200, human=human)
     html = page.read_text()
     md = (tmp_path / "report" / "report.md").read_text()
     # GUIDED beats FREE and the reference; FREE beats the reference; sample-03 GUIDED-FREE failed both orders
@@ -212,6 +218,7 @@ def test_pairwise_stage_and_report(tmp_path):
     bt = [ln for ln in md.splitlines() if re.match(r"\| [123] \| ", ln)]
     assert [ln.split(" | ")[1] for ln in bt] == ["qwen (guided_json=True)", "qwen (guided_json=False)", "reference (human)"]
     assert "Same winner when the order is swapped: 100.0% of" in md
+    assert re.search(r"Agreement with human labels \(human.jsonl\): 0\.667 \[[0-9.]+, [0-9.]+\] \(n=3\); 1 human ties", md)
     assert html.count("data:image/png;base64,") >= 3 and "<table>" in html
     pngs = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
     assert any("winrate" in p for p in pngs) and any("dimensions" in p for p in pngs)
