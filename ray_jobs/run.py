@@ -9,7 +9,6 @@ have no ok row yet, and when nothing is left it exits without starting Ray.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections import defaultdict
