@@ -428,7 +428,8 @@ def read_human(path: Path, systems: set[str]) -> dict[tuple[str, str, str], str 
     return out
 
 
-def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None) -> None:
+def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
+                     prices: dict[str, Prices] | None = None) -> None:
     store = PairwiseStore(root)
     systems = store.read_json("systems.json") or []
     label = {s["system_id"]: s["label"] for s in systems}
@@ -440,11 +441,16 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None) ->
         tin = sum(float((i.get("judge_stats") or {}).get("tokens_in") or 0) for i in infos)
         tout = sum(float((i.get("judge_stats") or {}).get("tokens_out") or 0) for i in infos)
         up = sum(float(i.get("replica_seconds") or 0) for i in infos)
-        cost = sum(uptime_cost(float(i.get("replica_seconds") or 0), Prices.of_model((i.get("config") or {}).get("model") or {}))
-                   + token_cost(float((i.get("judge_stats") or {}).get("tokens_in") or 0),
-                                float((i.get("judge_stats") or {}).get("tokens_out") or 0),
-                                Prices.of_judge((i.get("config") or {}).get("judge") or {},
-                                                (i.get("config") or {}).get("model") or {})) for i in infos)
+        cost = 0.0
+        for i in infos:
+            c = i.get("config") or {}
+            model, judge, js = c.get("model") or {}, c.get("judge") or {}, i.get("judge_stats") or {}
+            hosted = judge.get("kind") != "openai_compatible"
+            over = (prices or {}).get(model.get("name", "") if hosted else judge.get("name") or judge.get("model", ""))
+            up_price = over or Prices.of_model(model)
+            tok = over or Prices.of_judge(judge, model)
+            cost += (uptime_cost(float(i.get("replica_seconds") or 0), up_price) if hosted else 0.0) + token_cost(
+                float(js.get("tokens_in") or 0), float(js.get("tokens_out") or 0), tok)
         page.para(f"Judging cost over {len(infos)} stage run(s): {tin:,.0f} prompt / {tout:,.0f} completion tokens, "
                   f"{up / 3600:.3f} replica hours, ${cost:.4f} at the configured prices.")
         last = infos[-1]
@@ -606,7 +612,7 @@ def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Pat
     page = Page(out)
     for p in map(Path, paths):
         if (p / "comparisons").is_dir():
-            pairwise_section(page, p, n_boot, human)
+            pairwise_section(page, p, n_boot, human, prices)
         elif (p / "episodes").is_dir():
             run_section(page, p, n_boot, prices or {})
         else:
