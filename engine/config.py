@@ -153,7 +153,9 @@ class JudgeConfig:
     temperature: float = 0.0
     max_attempts: int = 2          # a malformed judgement is retried, then recorded as a failure
     max_inflight: int = 8
-    request_timeout_s: float = 300.0
+    # Per call. Generous: a 3000-token checklist (analyst) on a busy CPU replica runs ~20 min.
+    # A call that times out is recorded and asked again by the next stage run.
+    request_timeout_s: float = 1800.0
     # openai_compatible judges: prices per million tokens for cost accounting (a hosted judge is
     # paid for by the model's replica uptime).
     price_input_per_mtok: float = 0.0

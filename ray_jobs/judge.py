@@ -2,7 +2,8 @@
 
 Requests come from the benchmark (``judge_requests(row, judged)``), answers are parsed by it
 (``parse_judgement``); a malformed answer is retried up to ``judge.max_attempts`` times, then
-recorded as a failed judgement (value null), never guessed. Results go to the ``judgements``
+recorded as a failed judgement (value null), never guessed. A call that failed at the endpoint
+(timeout, server down) is recorded too, and asked again by the next stage run. Results go to the ``judgements``
 table in shards as they arrive, keyed by (episode, judge identity, key): a re-run judges only
 what is missing, and a killed stage loses at most one shard's worth.
 
@@ -50,11 +51,34 @@ def judge_endpoints(cfg: Any, hosted: Callable[[], list[Endpoint]]) -> list[Endp
     return hosted()
 
 
+MALFORMED = "malformed judge output"
+
+
+def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[str, dict[str, str | None]]:
+    """The judgements that count as made: verdicts, and failures where the judge answered but
+    never well-formed (final: asking again at temperature 0 gives the same). With
+    ``retry_failed_calls``, judgements whose last attempt failed at the endpoint (timeout, server
+    down) are left out, so the caller asks again: infrastructure failures are not verdicts."""
+    done = store.judgements(judge_id)
+    if not retry_failed_calls:
+        return done
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in store.judgement_rows():
+        if r["judge"] == judge_id and not r["ok"]:
+            k = (r["episode_id"], r["key"])
+            if k not in last or r["batch_id"] > last[k]["batch_id"]:
+                last[k] = r
+    for (eid, key), r in last.items():
+        if done.get(eid, {}).get(key, "") is None and not (r["error"] or "").startswith(MALFORMED):
+            del done[eid][key]
+    return done
+
+
 def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
-                     judge_id: str) -> list[JudgeRequest]:
+                     judge_id: str, retry_failed_calls: bool = True) -> list[JudgeRequest]:
     """Requests whose answers are missing; several rows asking for the same task-level judgement
     (same episode_id and key) yield one request."""
-    done = store.judgements(judge_id)
+    done = settled(store, judge_id, retry_failed_calls)
     out: dict[tuple[str, str], JudgeRequest] = {}
     for row in store.episodes().to_pylist():
         if row["config_hash"] != config_hash or row["status"] != "ok":
@@ -95,7 +119,7 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
             if value is not None:
                 row.update(value=value, ok=True, error="")
                 break
-            row["error"] = f"malformed judge output: {c.text[:200]!r}"
+            row["error"] = f"{MALFORMED}: {c.text[:200]!r}"
             stats["retried"] += attempt < j.max_attempts
         stats["ok" if row["ok"] else "failed"] += 1
         stats["tokens_in"] += row["tokens_in"]
@@ -127,8 +151,9 @@ def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: s
     t0 = time.time()
     total: dict[str, Any] = {"judge": judge_id, "requests": 0, "rounds": 0}
     eps: list[Endpoint] | None = None
-    for _ in range(MAX_ROUNDS):     # a round's answers may unlock the next round's requests
-        requests = pending_requests(cfg, bench, store, config_hash, judge_id)
+    for i in range(MAX_ROUNDS):     # a round's answers may unlock the next round's requests
+        # endpoint failures of earlier stages are asked again once, in the first round
+        requests = pending_requests(cfg, bench, store, config_hash, judge_id, retry_failed_calls=i == 0)
         if not requests:
             break
         if eps is None:

@@ -30,7 +30,7 @@ from engine.errors import ConfigError
 from engine.pairwise import REFERENCE, labels, plan
 from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore, PairwiseStore
-from ray_jobs.judge import judge_batch, judge_endpoints, judge_identity
+from ray_jobs.judge import judge_batch, judge_endpoints, judge_identity, settled
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.pairwise")
@@ -118,7 +118,7 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
     store.write_comparisons(new)
     store.write_json("systems.json", systems)
     _, judge_id = judge_identity(cfg, {"guided_json": cfg.guided_json, "max_tokens": cfg.max_tokens})
-    done = store.judgements(judge_id)
+    done = settled(store, judge_id)
     requests = []
     for c in comps:
         for proto in protocols(cfg, bench):

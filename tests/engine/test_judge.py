@@ -73,3 +73,30 @@ def test_judge_none_skips(tmp_path):
     assert run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: []) == {"skipped": "judge.kind=none"}
     m = {r["metric"]: r["value"] for r in reduce_metrics(store, "livenews")}
     assert m["ungraded"] == 1.0 and m["accuracy"] == 0.0
+
+
+def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
+    """A timeout or server error is not a verdict: it is recorded, and the next stage run asks
+    again (a malformed answer, in contrast, is final)."""
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    store.write_batch([episode(0, "gold 0"), episode(1, "x")], [])
+    broken = {"on": True}
+
+    def responder(messages, req):
+        text = messages[0]["content"]
+        if "question 1?" in text:
+            return (500, "engine died") if broken["on"] else "B"
+        return "A"
+
+    with FakeOpenAI(responder) as srv:
+        cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
+                       f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
+                       "judge.max_attempts=2"])
+        first = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        assert first["ok"] == 1 and first["failed"] == 1 and first["rounds"] == 1   # not re-asked within the stage
+        _, judge_id = judge_identity(cfg)
+        assert store.judgements(judge_id)["e1"] == {"grade": None}
+        broken["on"] = False
+        second = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        assert second["requests"] == 1 and second["ok"] == 1
+    assert store.judgements(judge_id)["e1"] == {"grade": "INCORRECT"}
