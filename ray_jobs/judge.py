@@ -95,7 +95,8 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
     results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
-    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 2), j.max_inflight)
+    # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
+    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1), j.max_inflight)
     buf: list[dict[str, Any]] = []
     last_flush = [time.monotonic()]
     stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
@@ -108,9 +109,9 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
             row["attempts"] = attempt
             try:
                 c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema, seed=attempt - 1)
-            except GenerationError as e:
+            except GenerationError as e:      # the endpoint failed, not the judge: the next stage run asks again
                 row["error"] = str(e)
-                continue
+                break
             row["raw_output"] = c.text
             row["tokens_in"] += c.prompt_tokens
             row["tokens_out"] += c.completion_tokens
