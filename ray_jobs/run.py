@@ -86,6 +86,16 @@ def data_identity(cfg: Config) -> str:
     return dumps(to_plain(cfg.benchmark) | {"limit": None})
 
 
+def needed_cpus(cfg: Config, bench: Any) -> float:
+    """Logical CPUs a whole run asks Ray for: replicas, index, episode workers, services. A local
+    cluster is sized by this whichever stage starts Ray first (the judge stage alone needs only the
+    model, but the next point of a sweep will schedule workers on the same cluster)."""
+    m, c = cfg.model, cfg.cluster
+    hosted = m.kind == "vllm" and (bench.uses_model(cfg.agent) or cfg.judge.kind == "hosted")
+    return ((m.replicas * m.num_cpus if hosted else 0) + cfg.index.num_cpus + c.num_workers * c.worker_num_cpus
+            + sum(s.num_cpus for s in bench.services(cfg)))
+
+
 def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict[str, Any]:
     """Run the planned episodes on Ray; rows are flushed as they finish."""
     import ray
@@ -95,9 +105,7 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
     bench = get_benchmark(cfg.benchmark.name)
     uses_model = bench.uses_model(cfg.agent)
     m, c = cfg.model, cfg.cluster
-    hosted = uses_model and m.kind == "vllm"
-    needed = (m.replicas * m.num_cpus if hosted else 0) + cfg.index.num_cpus + c.num_workers * c.worker_num_cpus
-    session.ensure_ray(cfg, needed)
+    session.ensure_ray(cfg, needed_cpus(cfg, bench))
     info: dict[str, Any] = {"episodes_planned": len(p.todo)}
     t0 = time.time()
     starts_before = session.model_starts
@@ -230,8 +238,7 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
             info.update(execute(cfg, p, store, session))
 
         def judge_endpoints() -> list[Any]:
-            m = cfg.model
-            session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)
+            session.ensure_ray(cfg, needed_cpus(cfg, bench))
             return session.model(cfg, p.run_dir / "logs")
 
         info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints)

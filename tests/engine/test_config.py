@@ -96,3 +96,20 @@ def test_multirun_sweep(tmp_path):
     for e in eps:  # the baseline keeps what one search returned: at most top_k objects
         by_config[e["config_hash"]] = max(by_config.get(e["config_hash"], 0), len(e["retrieved_ids"]))
     assert min(by_config.values()) <= 3 and max(by_config.values()) <= 5
+
+
+def test_local_cluster_is_sized_for_the_whole_run_whichever_stage_starts_it():
+    """A sweep whose first point only judges (all episodes reused) starts Ray from the judge
+    stage; the cluster must still fit the next point's episode workers (a 2-CPU cluster held by
+    the replica left them pending forever)."""
+    from engine.benchmarks import get_benchmark
+    from ray_jobs.run import needed_cpus
+
+    cfg = compose(["benchmark=analyst", "agent=analyst"])
+    assert needed_cpus(cfg, get_benchmark("analyst")) == 2 + 1 + 0.25          # replica + index + worker
+    live = compose(["benchmark=livenews", "agent=livenews"])
+    assert needed_cpus(live, get_benchmark("livenews")) == 2 + 1 + 0.25 + 0.5  # + the offline web actor
+    base = compose(["agent=newsagent_rule_based", "judge=none"])
+    assert needed_cpus(base, get_benchmark("newsagent")) == 1 + 0.25           # no model to host
+    judged = compose(["agent=newsagent_rule_based"])
+    assert needed_cpus(judged, get_benchmark("newsagent")) == 2 + 1 + 0.25     # the hosted judge
