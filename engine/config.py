@@ -238,6 +238,17 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
+def config_labels(items: list[tuple[str, dict[str, Any], str]]) -> list[str]:
+    """Readable names for configurations ``(model, settings, tag)``: the model, plus the settings
+    whose values differ between the items, e.g. ``qwen (guided_json=True)``. Items that still
+    read the same get their ``tag`` (a config hash) appended."""
+    out = []
+    for model, mine, _ in items:
+        diff = [k for k in sorted(mine) if any(o.get(k) != mine[k] for _, o, _ in items)]
+        out.append(f"{model} ({', '.join(f'{k}={mine[k]}' for k in diff)})" if diff else model)
+    return [f"{lab} [{tag[:6]}]" if out.count(lab) > 1 else lab for lab, (_, _, tag) in zip(out, items)]
+
+
 def stable_hash(*parts: Any, n: int = 16) -> str:
     blob = json.dumps([to_plain(p) for p in parts], sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:n]

@@ -2,7 +2,9 @@
 how a stored verdict becomes an outcome. Plain Python; the Ray stage is ``ray_jobs/pairwise.py``.
 
 A *system* is one configuration of a benchmark (model + agent + data, i.e. a ``config_hash``)
-found in a run directory, or the task's reference (human-written) text. Every unordered pair of
+found in a run directory, or the task's reference (human-written) text. Systems are plain dicts
+(they go to ``systems.json``): ``system_id`` ("<model>:<config_hash[:8]>" or "reference"),
+``label``, ``model``, ``config_hash``, ``run_dir``, ``agent`` (agent config JSON). Every unordered pair of
 systems meets on every task where both have an output.
 
 Candidate order: the paper randomises which article is shown first to mitigate position bias.
@@ -26,16 +28,6 @@ from typing import Any, Iterable, Mapping
 from engine.stats import Outcome
 
 REFERENCE = "reference"
-
-
-@dataclass(frozen=True)
-class System:
-    system_id: str          # "<model>:<config_hash[:8]>", or "reference"
-    label: str              # what a reader sees: model plus the settings that tell systems apart
-    model: str
-    config_hash: str        # "" for the reference
-    run_dir: str
-    agent: str              # agent config JSON ("" for the reference)
 
 
 @dataclass(frozen=True)
@@ -125,20 +117,11 @@ def position_bias(rows: Iterable[Mapping[str, Any]], verdicts: Mapping[str, str 
 
 
 def labels(systems: list[dict[str, Any]]) -> dict[str, str]:
-    """Readable labels: the model name plus the agent fields whose values differ between systems
-    of the same model (e.g. ``qwen (guided_json=True)``)."""
-    agents = {s["system_id"]: json.loads(s["agent"]) if s["agent"] else {} for s in systems}
-    out = {}
-    for s in systems:
-        if s["system_id"] == REFERENCE:
-            out[s["system_id"]] = "reference (human)"
-            continue
-        peers = [agents[p["system_id"]] for p in systems if p["model"] == s["model"] and p["agent"]]
-        mine = agents[s["system_id"]]
-        diff = [k for k in sorted(mine) if any(p.get(k) != mine[k] for p in peers)]
-        extra = ", ".join(f"{k}={mine[k]}" for k in diff)
-        out[s["system_id"]] = f"{s['model']} ({extra})" if extra else s["model"]
-    counts: dict[str, int] = {}
-    for v in out.values():
-        counts[v] = counts.get(v, 0) + 1
-    return {k: f"{v} [{k.rsplit(':', 1)[-1][:6]}]" if counts[v] > 1 else v for k, v in out.items()}
+    """Readable labels: the model plus the agent settings that tell systems apart."""
+    from engine.config import config_labels
+
+    runs = [s for s in systems if s["system_id"] != REFERENCE]
+    names = config_labels([(s["model"], json.loads(s["agent"]) if s["agent"] else {}, s["system_id"].split(":")[-1])
+                           for s in runs])
+    out = {s["system_id"]: n for s, n in zip(runs, names)}
+    return out | ({REFERENCE: "reference (human)"} if len(runs) < len(systems) else {})

@@ -37,14 +37,6 @@ class Estimate:
     n: int                  # units the value is computed from (episodes, comparisons)
     n_tasks: int = 0        # resampling units behind the interval
 
-    def fmt(self, scale: float = 1.0, digits: int = 1) -> str:
-        if math.isnan(self.value):
-            return "n/a"
-        v, lo, hi = self.value * scale, self.lo * scale, self.hi * scale
-        if math.isnan(lo):
-            return f"{v:.{digits}f}"
-        return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
 
 # -- win rates ------------------------------------------------------------------------------------
 def _score(o: Outcome) -> float:

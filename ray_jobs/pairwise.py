@@ -47,8 +47,8 @@ def protocols(cfg: PairwiseConfig, bench: Any) -> list[str]:
 
 
 def collect(cfg: PairwiseConfig, bench: Any) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], dict[str, int]]:
-    """(systems, articles, counts): systems as dicts (``engine.pairwise.System`` fields), their
-    texts per task, and how many episodes were left out and why."""
+    """(systems, articles, counts): the systems (dicts, see ``engine.pairwise``), their texts per
+    task, and how many episodes were left out and why."""
     systems: dict[str, dict[str, Any]] = {}
     best: dict[tuple[str, str], dict[str, Any]] = {}
     data_by_system: dict[str, str] = {}

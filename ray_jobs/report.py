@@ -32,6 +32,7 @@ import numpy as np
 
 from engine import stats
 from engine.benchmarks import get_benchmark
+from engine.config import config_labels
 from engine.cost import Prices, episode_costs, token_cost, uptime_cost
 from engine.errors import DataError
 from engine.pairwise import outcome, position_bias
@@ -130,22 +131,12 @@ class ConfigGroup:
     label: str = ""
 
 
-def config_labels(groups: list[ConfigGroup]) -> None:
-    """Label each configuration by its model and the agent/data fields that differ between them."""
-    flat = [{**{f"agent.{k}": v for k, v in g.agent.items()},
-             **{f"benchmark.{k}": v for k, v in g.data.items() if k != "limit"}} for g in groups]
-    models = {g.model for g in groups}
-    for g, mine in zip(groups, flat):
-        diff = [k for k in sorted(mine) if any(o.get(k) != mine[k] for o in flat)]
-        extra = ", ".join(f"{k.split('.', 1)[1]}={mine[k]}" for k in diff)
-        base = g.model if len(models) > 1 or not extra else ""
-        g.label = " ".join(x for x in (base, f"({extra})" if base and extra else extra) if x) or g.model
-    seen: dict[str, int] = defaultdict(int)
-    for g in groups:
-        seen[g.label] += 1
-    for g in groups:
-        if seen[g.label] > 1:
-            g.label += f" [{g.config_hash[:6]}]"
+def label_groups(groups: list[ConfigGroup]) -> None:
+    """Label each configuration by its model and the agent/benchmark settings that differ."""
+    names = config_labels([(g.model, g.agent | {k: v for k, v in g.data.items() if k != "limit"}, g.config_hash)
+                           for g in groups])
+    for g, name in zip(groups, names):
+        g.label = name
 
 
 def _episode_tokens(r: dict[str, Any]) -> float:
@@ -158,7 +149,6 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
     uptime: dict[str, float] = defaultdict(float)
     model_cfg: dict[str, dict[str, Any]] = {}
     judge_cost: dict[str, float] = defaultdict(float)
-    judge_tokens: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     for info in store.run_infos():
         h = info.get("config_hash")
         if not h:
@@ -167,8 +157,6 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
         model_cfg[h] = info.get("model") or {}
         j = info.get("judge") or {}
         ji, jo = float(j.get("tokens_in") or 0), float(j.get("tokens_out") or 0)
-        a, b = judge_tokens[h]
-        judge_tokens[h] = (a + ji, b + jo)
         model_name = (info.get("model") or {}).get("name", "")
         jp = prices.get(model_name) if (info.get("judge_config") or {}).get("kind") != "openai_compatible" else None
         judge_cost[h] += token_cost(ji, jo, jp or Prices.of_judge(info.get("judge_config") or {}, info.get("model") or {}))
@@ -178,10 +166,9 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
         ok = [r for r in g.rows if r["status"] == "ok"]
         toks = [(float(r["tokens_in"] or 0), float(r["tokens_out"] or 0)) for r in ok]
         per_ep = episode_costs(toks, p, uptime[g.config_hash])
-        ji, jo = judge_tokens[g.config_hash]
         out[g.config_hash] = {"prices": p, "uptime_s": uptime[g.config_hash], "per_episode": per_ep,
                               "tasks": [r["task_id"] for r in ok],
-                              "generation": sum(per_ep), "judge_tokens": (ji, jo),
+                              "generation": sum(per_ep),
                               "judge_token_cost": judge_cost[g.config_hash], "recorded": g.config_hash in model_cfg}
     return out
 
@@ -202,7 +189,7 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
                                                              json.loads(r["data"] or "{}"), []))
             g.rows.append(r)
         groups = sorted(by.values(), key=lambda g: (g.model, json.dumps(g.agent, sort_keys=True), g.config_hash))
-        config_labels(groups)
+        label_groups(groups)
         page.heading(f"{name}: {root}")
         page.para(f"{len(groups)} configuration(s); {sum(len(g.rows) for g in groups)} episodes. Intervals: 95% "
                   f"bootstrap over tasks ({n_boot} resamples); n = episodes behind the value.")

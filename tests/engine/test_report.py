@@ -93,9 +93,9 @@ def test_report_run_directory(tmp_path):
     paired = [ln for ln in md.splitlines() if ln.startswith("| edit_f1 | ")][1:]
     assert paired and "| 6 |" in paired[0]                         # six shared tasks
     # cost: cfgA paid 1 h of one GPU at $2 -> $2.00 over its 6 episodes; cfgB half that
-    cost_a = next(ln for ln in md.splitlines() if ln.startswith("| guided_json=True |") and "$" in ln)
+    cost_a = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=True) |") and "$" in ln)
     assert "$2.0000" in cost_a and "1.000" in cost_a
-    cost_b = next(ln for ln in md.splitlines() if ln.startswith("| guided_json=False |") and "$" in ln)
+    cost_b = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=False) |") and "$" in ln)
     assert "$1.0000" in cost_b
     assert "edit_f1 by task" in md and html_path.read_text().count("data:image/png;base64,") >= 2
 
