@@ -101,6 +101,8 @@ def num(v: float) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     a = abs(v)
+    if a >= 1 and float(v).is_integer():
+        return f"{int(v):,}"
     return f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 1000 else f"{v:,.0f}"
 
 
@@ -240,7 +242,9 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
             page.heading("Paired comparisons", 3)
             page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
                       "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
-                      "permutation test.")
+                      "permutation test. With few tasks trust the p-value over the interval: a percentile "
+                      "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
+                      "2 / 2^(tasks with a difference).")
             prow = []
             for m in bench.primary_metrics:
                 for a, b in pairs:
