@@ -71,6 +71,7 @@ class Page:
         self.figures += 1
         fname = f"fig{self.figures:02d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"
         buf = io.BytesIO()
+        fig.tight_layout()
         fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
         plt.close(fig)
         data = buf.getvalue()
@@ -312,7 +313,8 @@ def _tokens_plot(page: Page, groups: list[ConfigGroup], name: str, costs: dict[s
     fig, axes = plt.subplots(1, 2 if priced else 1, figsize=(12 if priced else 8, 0.8 + 0.45 * len(groups)),
                              squeeze=False)
     ax = axes[0, 0]
-    ax.boxplot(data, orientation="horizontal", tick_labels=[_short(g.label, 45) for g in groups])
+    short = plot_names([g.label for g in groups])
+    ax.boxplot(data, orientation="horizontal", tick_labels=[_short(x, 45) for x in short])
     ax.set_xlabel("tokens per episode (prompt + completion)")
     ax.grid(axis="x", alpha=.3)
     if priced:
@@ -322,7 +324,7 @@ def _tokens_plot(page: Page, groups: list[ConfigGroup], name: str, costs: dict[s
         err = np.array([[max(0.0, e.value - e.lo) if not math.isnan(e.lo) else 0 for e in es],
                         [max(0.0, e.hi - e.value) if not math.isnan(e.hi) else 0 for e in es]])
         ax2.barh(y, [e.value for e in es], xerr=err, capsize=3, color="#2b6cb0")
-        ax2.set_yticks(y, [_short(g.label, 45) for g in priced], fontsize=8)
+        ax2.set_yticks(y, [_short(short[groups.index(g)], 45) for g in priced], fontsize=8)
         ax2.set_xlabel("cost per episode ($, 95% interval over tasks)")
         ax2.grid(axis="x", alpha=.3)
     page.figure(fig, f"{name}-tokens-cost", f"{name}: tokens{' and cost' if priced else ''} per episode, by configuration")
@@ -373,7 +375,7 @@ def _per_task_plot(page: Page, bench: Any, groups: list[ConfigGroup], name: str)
     w = 0.8 / max(1, len(groups))
     for i, g in enumerate(groups):
         ys = [per[g.config_hash].get(t, np.nan) for t in tasks]
-        ax.bar(np.arange(len(tasks)) + i * w, ys, w, label=g.label)
+        ax.bar(np.arange(len(tasks)) + i * w, ys, w, label=plot_names([x.label for x in groups])[i])
     ax.set_xticks(np.arange(len(tasks)) + w * (len(groups) - 1) / 2, tasks, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(metric)
     ax.legend(fontsize=7)
@@ -467,8 +469,9 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
             if i != j and N[i, j] > 0:
                 ax.text(j, i, f"{M[i, j] * 100:.0f}\n[{lo[i, j] * 100:.0f}-{hi[i, j] * 100:.0f}]",
                         ha="center", va="center", fontsize=8, color="white" if M[i, j] > .6 else "black")
-        ax.set_xticks(range(len(ids)), [_short(n) for n in names], rotation=30, ha="right", fontsize=8)
-        ax.set_yticks(range(len(ids)), [_short(n) for n in names], fontsize=8)
+        short = [_short(n) for n in plot_names(names)]
+        ax.set_xticks(range(len(ids)), short, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(ids)), short, fontsize=8)
         ax.set_xlabel("column system")
         ax.set_ylabel("row system")
         fig.colorbar(im, ax=ax, label="row wins (%)")
@@ -510,6 +513,16 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
             _agreement(page, v, human, set(ids), n_boot)
 
 
+def plot_names(names: list[str]) -> list[str]:
+    """Shorter names for plot axes and legends: when every system is the same model, the settings
+    alone (``guided_json=True``) tell them apart; tables keep the full labels."""
+    models = {n.split(" (", 1)[0] for n in names if " (" in n and not n.startswith("reference")}
+    if len(models) != 1:
+        return names
+    m = models.pop()
+    return [n[len(m) + 2:-1] if n.startswith(f"{m} (") and n.endswith(")") else n for n in names]
+
+
 def _short(s: str, n: int = 38) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -542,19 +555,20 @@ def _dimension_section(page: Page, v: Verdicts, ids: list[str], names: list[str]
     plt = _plt()
     fig, axes = plt.subplots(len(pairs), 1, figsize=(9, 0.9 + 0.5 * (len(dims) + 2) * len(pairs)), squeeze=False)
     labels_ = [*dims, "Overall"]
+    short = plot_names(names)
     for ax, (a, b) in zip(axes[:, 0], pairs):
         s = np.array([x[:3] for x in shares[(a, b)]], dtype=float) * 100
         y = np.arange(len(labels_))[::-1]
         left = np.zeros(len(labels_))
-        for k, (col, lab) in enumerate(((("#2b6cb0"), f"{_short(names[a], 30)} wins"), ("#bbbbbb", "tie"),
-                                         ("#dd6b20", f"{_short(names[b], 30)} wins"))):
+        for k, (col, lab) in enumerate((("#2b6cb0", f"{_short(short[a], 30)} wins"), ("#bbbbbb", "tie"),
+                                         ("#dd6b20", f"{_short(short[b], 30)} wins"))):
             vals = np.nan_to_num(s[:, k])
             ax.barh(y, vals, left=left, color=col, label=lab)
             left += vals
         ax.set_yticks(y, labels_, fontsize=8)
         ax.set_xlim(0, 100)
         ax.set_xlabel("% of verdicts")
-        ax.set_title(f"{_short(names[a], 45)} vs {_short(names[b], 45)}", fontsize=9)
+        ax.set_title(f"{_short(short[a], 45)} vs {_short(short[b], 45)}", fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     page.figure(fig, f"dimensions-{v.protocol}", f"Per-dimension win / tie / loss shares ({v.protocol} protocol)")
 

@@ -22,7 +22,7 @@ def test_cpu_command_uses_module_entry_point_and_engine_args():
     assert cmd[cmd.index("--max-model-len") + 1] == "8192"
     assert "--tensor-parallel-size" not in cmd
     # config groups go as JSON: compact structured output, or small models pad JSON with spaces
-    assert json.loads(cmd[cmd.index("--structured-outputs-config") + 1]) == {"disable_any_whitespace": True}
+    assert json.loads(cmd[cmd.index("--structured-outputs-config") + 1]) == {"backend": "xgrammar", "disable_any_whitespace": True}
 
 
 def test_gpu_tp_command():
