@@ -461,6 +461,18 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
                   f"(malformed after every retry; excluded, not guessed).")
         if not outs:
             continue
+        pb = position_bias(v.comparisons, v.values)
+        firsts = [float(json.loads(v.values[c["comparison_id"]])["overall"] == "first") for c in v.comparisons
+                  if v.values[c["comparison_id"]] is not None]
+        fe = stats.cluster_mean(firsts, [c["task_id"] for c in v.comparisons if v.values[c["comparison_id"]] is not None],
+                                n_boot)
+        consistent = ("n/a (judge with both_orders=true to measure)" if not pb["pairs_both_orders"] else
+                      f"{pb['consistent_share'] * 100:.1f}% of {int(pb['pairs_both_orders'])} pairs")
+        page.para(f"Position: the first article won {est(fe)} of verdicts (0.5 = no position preference). "
+                  f"Same winner when the order is swapped: {consistent}.")
+        if pb["pairs_both_orders"] and pb["consistent_share"] < 0.5:
+            page.para("Warning: most verdicts did not survive swapping the order: this judge follows the "
+                      "position, not the articles, and the win rates below measure that.")
         M, lo, hi, N = stats.win_rate_intervals(outs, ids, n_boot)
         plt = _plt()
         fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(ids), 1.2 + 1.1 * len(ids)))
@@ -500,15 +512,6 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
                 srow.append([names[a], names[b], f"{wins} - {losses}", f"{stats.sign_test(wins, losses):.3g}"])
         page.table(["A", "B", "A wins - B wins", "sign test p (two-sided)"], srow)
         _dimension_section(page, v, ids, names)
-        pb = position_bias(v.comparisons, v.values)
-        firsts = [float(json.loads(v.values[c["comparison_id"]])["overall"] == "first") for c in v.comparisons
-                  if v.values[c["comparison_id"]] is not None]
-        fe = stats.cluster_mean(firsts, [c["task_id"] for c in v.comparisons if v.values[c["comparison_id"]] is not None],
-                                n_boot)
-        consistent = ("n/a (judge with both_orders=true to measure)" if not pb["pairs_both_orders"] else
-                      f"{pb['consistent_share'] * 100:.1f}% of {int(pb['pairs_both_orders'])} pairs")
-        page.para(f"Position: the first article won {est(fe)} of verdicts (0.5 = no position preference). "
-                  f"Same winner when the order is swapped: {consistent}.")
         if human is not None:
             _agreement(page, v, human, set(ids), n_boot)
 
