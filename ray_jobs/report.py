@@ -378,6 +378,9 @@ def _per_task_plot(page: Page, bench: Any, groups: list[ConfigGroup], name: str)
         ax.bar(np.arange(len(tasks)) + i * w, ys, w, label=plot_names([x.label for x in groups])[i])
     ax.set_xticks(np.arange(len(tasks)) + w * (len(groups) - 1) / 2, tasks, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(metric)
+    vals = [v for p in per.values() for v in p.values()]
+    if vals and all(0 <= v <= 1 for v in vals):
+        ax.set_ylim(0, 1.02)            # a score in [0, 1]: show the whole scale, zeros included
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=.3)
     page.figure(fig, f"{name}-{metric}-by-task", f"{name}: {metric} by task (mean over seeds)")
