@@ -3,8 +3,8 @@
 Requests come from the benchmark (``judge_requests(row, judged)``), answers are parsed by it
 (``parse_judgement``); a malformed answer is retried up to ``judge.max_attempts`` times, then
 recorded as a failed judgement (value null), never guessed. A call that failed at the endpoint
-(timeout, server down) is recorded too, and asked again by the next stage run. Results go to the ``judgements``
-table in shards as they arrive, keyed by (episode, judge identity, key): a re-run judges only
+(timeout, server down) is recorded too, and asked again by the next stage run. Results go to the
+``judgements`` table in shards as they arrive, keyed by (episode, judge identity, key): a re-run judges only
 what is missing, and a killed stage loses at most one shard's worth.
 
 Batching is what makes this cheap: all requests are in flight at once up to the judge's
@@ -27,6 +27,7 @@ from engine.storage import EpisodeStore
 log = logging.getLogger("dateline.judge")
 MAX_ROUNDS = 5
 FLUSH_S = 30.0
+MALFORMED = "malformed judge output"      # error prefix of a final failure (the judge answered badly)
 
 
 def judge_identity(cfg: Any, *extra: Any) -> tuple[str, str]:
@@ -49,9 +50,6 @@ def judge_endpoints(cfg: Any, hosted: Callable[[], list[Endpoint]]) -> list[Endp
     if j.kind == "openai_compatible":
         return [Endpoint(j.base_url.rstrip("/"), j.model, j.api_key_env)]
     return hosted()
-
-
-MALFORMED = "malformed judge output"
 
 
 def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[str, dict[str, str | None]]:
