@@ -141,8 +141,8 @@ class AnalystBenchmark(BenchmarkBase):
         if "claims" not in mine:
             text = prompts.CLAIM_EXTRACTION.format(task=task.instruction, doc=report)
             out.append(JudgeRequest(eid, "claims", [{"role": "user", "content": text}], b.judge_max_tokens))
-        elif mine["claims"]:
-            claims = list(json.loads(mine["claims"]))[: b.max_claims]
+        elif (stored := scoring.stored_claims(mine["claims"])) is not None:
+            claims = stored[: b.max_claims]
             todo = [(j, c) for j, c in enumerate(claims) if f"claim:{j:02d}" not in mine]
             if todo:
                 passages, vecs = _evidence_index(b.tasks_dir, task.task_id)

@@ -29,12 +29,15 @@ def episode_scores(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]], 
     j = row.get("judgements") or {}
     ratings = [int(v) if v else None for k, v in sorted(j.items()) if k.startswith("criterion:")]
     check = scoring.checklist_score(ratings) if ratings else None
-    verdicts = [None if v is None else v == "SUPPORTED" for k, v in sorted(j.items()) if k.startswith("claim:")]
+    claims = scoring.stored_claims(j.get("claims"))
+    # verdicts only for claims that are valid (a stored placeholder answer verified nothing real)
+    verdicts = ([None if v is None else v == "SUPPORTED" for k, v in sorted(j.items()) if k.startswith("claim:")]
+                if claims is not None else [])
     halluc = scoring.hallucination_rate(verdicts) if verdicts else None
     out: dict[str, Any] = {"checklist": check.percent if check else None,
                            "criteria_unscored": check.unscored if check else 0,
                            "hallucination": halluc.percent if halluc else None,
-                           "claims": len(json.loads(j["claims"])) if j.get("claims") else None,
+                           "claims": len(claims) if claims is not None else None,
                            "claims_unverified": halluc.unverified if halluc else 0}
     b = row_config(row)
     task = tasks(b.tasks_dir).get(row["task_id"])

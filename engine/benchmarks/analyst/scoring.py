@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -42,14 +43,35 @@ def parse_checklist(text: str) -> list[str] | None:
     return complete or None
 
 
+_PLACEHOLDER = re.compile(r"^\s*atomic claim \d+ here\s*$", re.IGNORECASE)
+
+
+def valid_claims(obj: object) -> dict[str, str] | None:
+    """``{claim: quote}`` as figure 17 asks, or None. Keys copied from the prompt's example
+    ("Atomic claim 1 here") are not claims: verifying them would count a formatting slip as a
+    hallucination, so such an answer is malformed."""
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+        return None
+    if any(_PLACEHOLDER.match(k) for k in obj):
+        return None
+    return {k.strip(): v for k, v in obj.items() if k.strip()}
+
+
 def parse_claims(text: str) -> dict[str, str] | None:
     try:
         obj = first_json_object(text)
     except (ParseError, ValueError):
         return None
-    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+    return valid_claims(obj)
+
+
+def stored_claims(value: str | None) -> list[str] | None:
+    """The claims of a stored ``claims`` judgement (None: failed, or stored before a parser fix
+    made it invalid: it is read through the same check)."""
+    if not value:
         return None
-    return {k.strip(): v for k, v in obj.items() if k.strip()}
+    claims = valid_claims(json.loads(value))
+    return list(claims) if claims is not None else None
 
 
 _VERDICT = re.compile(r"\b(UNSUPPORTED|SUPPORTED)\b")

@@ -159,6 +159,11 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     assert m["hallucination_pct"].value == 50.0
     # the reference has two figures; the report's one caption matches the monthly chart only
     assert m["visual_coverage_pct"].value == 50.0
+    # a claims answer that copied the prompt's example keys (stored before the parser rejected it)
+    # is read as invalid: nothing to verify, no hallucination rate from it
+    bad = dict(row, judgements={"claims": '{"Atomic claim 1 here": "2,767 crashes"}', "claim:00": "UNSUPPORTED"})
+    assert "hallucination_pct" not in {x.metric for x in BENCH.metrics([bad])}
+    assert not [r for r in BENCH.judge_requests(bad, {row["episode_id"]: bad["judgements"]}) if r.key.startswith("claim:")]
     # the report's intervals resample these per-episode values: their means are the metrics
     (vals,) = BENCH.episode_values([row])
     assert vals and all(m[k].value == pytest.approx(v) for k, v in vals.items())

@@ -48,6 +48,8 @@ def test_claims_and_hallucination_arithmetic():
     out = 'Sure:\n```\n{"GDP grew 2.1% in 2023": "GDP grew 2.1% in 2023.", "Ohio had 12 crashes": "12 crashes"}\n```'
     assert parse_claims(out) == {"GDP grew 2.1% in 2023": "GDP grew 2.1% in 2023.", "Ohio had 12 crashes": "12 crashes"}
     assert parse_claims("no json") is None and parse_claims('{"a": 1}') is None and parse_claims("[1, 2]") is None
+    # the prompt's example keys copied back (the 0.5B model does this) are not claims
+    assert parse_claims('{"Atomic claim 1 here": "Crashes fell 4%.", "Atomic claim 2 here": "x"}') is None
     assert parse_verdict("SUPPORTED") is True and parse_verdict("Unsupported.") is False
     assert parse_verdict("SUPPORTED or UNSUPPORTED") is None and parse_verdict("yes") is None
     h = hallucination_rate([True, False, True, None, False])
