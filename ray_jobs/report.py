@@ -132,6 +132,7 @@ class ConfigGroup:
     data: dict[str, Any]
     rows: list[dict[str, Any]]
     label: str = ""
+    values: list[dict[str, float]] = field(default_factory=list)   # bench.episode_values(rows), computed once
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
@@ -212,7 +213,7 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
                              "value": m.value, "n": m.n} for m in mrows]
             plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
             order += [m.metric for m in mrows if m.metric not in order]
-            vals = bench.episode_values(g.rows)
+            vals = g.values = bench.episode_values(g.rows)
             tasks = [r["task_id"] for r in g.rows]
             ests[g.config_hash] = {}
             for m in {k for v in vals for k in v}:
@@ -249,7 +250,7 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
             prow = []
             for m in bench.primary_metrics:
                 for a, b in pairs:
-                    t = stats.paired_test(_per_task(bench, a, m), _per_task(bench, b, m), n_boot)
+                    t = stats.paired_test(_per_task(a, m), _per_task(b, m), n_boot)
                     if t.n_tasks:
                         prow.append([m, a.label, b.label, f"{num(t.mean_diff)} [{num(t.lo)}, {num(t.hi)}]",
                                      f"{t.p_value:.3g}", t.n_tasks])
@@ -286,9 +287,9 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
             _per_task_plot(page, bench, groups, name)
 
 
-def _per_task(bench: Any, g: ConfigGroup, metric: str) -> dict[str, float]:
+def _per_task(g: ConfigGroup, metric: str) -> dict[str, float]:
     acc: dict[str, list[float]] = defaultdict(list)
-    for r, v in zip(g.rows, bench.episode_values(g.rows)):
+    for r, v in zip(g.rows, g.values):
         if metric in v and not math.isnan(v[metric]):
             acc[r["task_id"]].append(v[metric])
     return {t: float(np.mean(x)) for t, x in acc.items()}
@@ -366,7 +367,7 @@ def _curve_plot(page: Page, bench: Any, groups: list[ConfigGroup], ests: dict[st
 
 def _per_task_plot(page: Page, bench: Any, groups: list[ConfigGroup], name: str) -> None:
     metric = bench.per_task_metric
-    per = {g.config_hash: _per_task(bench, g, metric) for g in groups}
+    per = {g.config_hash: _per_task(g, metric) for g in groups}
     tasks = sorted({t for v in per.values() for t in v})
     if not tasks:
         return
