@@ -38,32 +38,31 @@ def register() -> None:
     _registered = True
 
 
-def compose(overrides: Sequence[str] = ()) -> Config:
-    """Compose ``conf/`` like the CLI does and return the typed config (validated)."""
+def _compose(config_name: str, overrides: Sequence[str]) -> Any:
+    """Compose ``conf/<config_name>.yaml`` like the CLI does: dataclass instances all the way down."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from engine.config import validate
-
     register()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        dcfg = hydra_compose(config_name="config", overrides=list(overrides))
-    cfg = to_config(dcfg)
+        return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+
+
+def compose(overrides: Sequence[str] = ()) -> Config:
+    """The run config, as ``dateline run`` composes it (validated)."""
+    from engine.config import validate
+
+    cfg = _compose("config", overrides)
+    assert isinstance(cfg, Config)
     validate(cfg)
     return cfg
 
 
 def compose_pairwise(overrides: Sequence[str] = ()) -> PairwiseConfig:
-    """Compose ``conf/pairwise.yaml`` like ``dateline pairwise`` does (validated)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
+    """The pairwise config, as ``dateline pairwise`` composes it (validated)."""
     from engine.config import validate_pairwise
 
-    register()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        dcfg = hydra_compose(config_name="pairwise", overrides=list(overrides))
-    cfg = OmegaConf.to_object(dcfg)
+    cfg = _compose("pairwise", overrides)
     assert isinstance(cfg, PairwiseConfig)
     validate_pairwise(cfg)
     return cfg
@@ -92,9 +91,3 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], None]) -> None:
         _main()
     finally:
         session.close()
-
-
-def to_config(dcfg: object) -> Config:
-    cfg = OmegaConf.to_object(dcfg)  # dataclass instances all the way down
-    assert isinstance(cfg, Config)
-    return cfg

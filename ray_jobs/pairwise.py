@@ -20,7 +20,6 @@ import logging
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,15 +30,10 @@ from engine.pairwise import REFERENCE, labels, plan
 from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, judge_identity, settled
+from ray_jobs.run import repo_path
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.pairwise")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _path(p: str) -> Path:
-    q = Path(p)
-    return q if q.is_absolute() else REPO_ROOT / q
 
 
 def protocols(cfg: PairwiseConfig, bench: Any) -> list[str]:
@@ -54,7 +48,7 @@ def collect(cfg: PairwiseConfig, bench: Any) -> tuple[list[dict[str, Any]], dict
     data_by_system: dict[str, str] = {}
     counts = {"episodes": 0, "not_ok": 0, "empty_output": 0, "other_seeds": 0, "filtered": 0}
     for run in cfg.runs:
-        root = _path(run)
+        root = repo_path(run)
         if not (root / "episodes").is_dir():
             raise ConfigError(f"runs: {root} is not a run directory (no episodes/ folder)")
         for r in EpisodeStore(root, bench.episode_fields).episodes().to_pylist():
@@ -112,7 +106,7 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
     t0 = time.time()
     systems, articles, counts = collect(cfg, bench)
     comps, skipped = plan(articles, cfg.seed, cfg.both_orders)
-    store = PairwiseStore(_path(cfg.out))
+    store = PairwiseStore(repo_path(cfg.out))
     known = {c["comparison_id"] for c in store.comparisons()}
     new = [dict(asdict(c), benchmark=bench.name) for c in comps if c.comparison_id not in known]
     store.write_comparisons(new)

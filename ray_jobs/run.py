@@ -37,9 +37,14 @@ class Plan:
     run_dir: Path
 
 
+def repo_path(p: str) -> Path:
+    """A path from a config: absolute as given, relative to the repository root otherwise."""
+    q = Path(p)
+    return q if q.is_absolute() else REPO_ROOT / q
+
+
 def run_dir(cfg: Config) -> Path:
-    p = Path(cfg.run.dir)
-    return p if p.is_absolute() else REPO_ROOT / p
+    return repo_path(cfg.run.dir)
 
 
 def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:
