@@ -395,6 +395,13 @@ class Verdicts:
     comparisons: list[dict[str, Any]]
     values: dict[str, str | None]      # comparison id -> verdict JSON (None: failed)
 
+    def systems(self) -> list[str]:
+        return sorted({c["system_a"] for c in self.comparisons} | {c["system_b"] for c in self.comparisons})
+
+    def outcomes(self) -> list[stats.Outcome]:
+        """Overall outcomes of the verdicts that parsed."""
+        return [o for c in self.comparisons if (o := outcome(c, self.values[c["comparison_id"]])) is not None]
+
 
 def load_verdicts(store: PairwiseStore) -> list[Verdicts]:
     comps = store.comparisons()
@@ -456,9 +463,9 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
                   f"seed {(last.get('config') or {}).get('seed')}, both orders: "
                   f"{(last.get('config') or {}).get('both_orders')}.")
     for v in load_verdicts(store):
-        ids = sorted({c["system_a"] for c in v.comparisons} | {c["system_b"] for c in v.comparisons})
+        ids = v.systems()
         names = [label.get(i, i) for i in ids]
-        outs = [o for c in v.comparisons if (o := outcome(c, v.values[c["comparison_id"]])) is not None]
+        outs = v.outcomes()
         failed = sum(val is None for val in v.values.values())
         page.heading(f"{v.protocol} protocol, judge {v.judge}", 3)
         page.para(f"{len(v.values)} verdicts over {len({c['task_id'] for c in v.comparisons})} tasks; {failed} failed "
@@ -602,8 +609,7 @@ def pairwise_summary(root: Path, n_boot: int = 200) -> str:
     label = {s["system_id"]: s["label"] for s in store.read_json("systems.json") or []}
     out = []
     for v in load_verdicts(store):
-        ids = sorted({c["system_a"] for c in v.comparisons} | {c["system_b"] for c in v.comparisons})
-        outs = [o for c in v.comparisons if (o := outcome(c, v.values[c["comparison_id"]])) is not None]
+        ids, outs = v.systems(), v.outcomes()
         if not outs:
             continue
         M = stats.win_rate_matrix(outs, ids)
