@@ -52,39 +52,26 @@ def episode_values(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+METRIC_ORDER = ("accuracy", "incorrect", "not_attempted", "failed", "ungraded", "searches_mean", "searches_std",
+                "visits_mean", "visits_std", "refused_visits_mean", "turns_mean", "tokens_in_mean", "tokens_out_mean",
+                *(f"finish_{f}" for f in FINISH_REASONS),
+                # the judge's own reliability on this question set (see judge_requests): share of
+                # probes graded as they must be; a judge far from 1.0 makes accuracy meaningless
+                "judge_probe_gold_ok", "judge_probe_decoy_ok", "answer_contains_gold")
+
+
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    rows = [r for r in rows if r["status"] == "ok"]
-    n = len(rows)
-    if n == 0:
+    """Means of :func:`episode_values` over finished episodes (status ok), plus the standard
+    deviations of searches and visits; a metric no episode has (a probe not judged) is left out."""
+    values = [episode_values(r) for r in rows if r["status"] == "ok"]
+    if not values:
         return []
-    grades = [episode_grade(r) for r in rows]
-    searches = np.array([r["n_searches"] for r in rows], dtype=float)
-    visits = np.array([r["n_visits"] for r in rows], dtype=float)
-    out = [
-        MetricRow("accuracy", grades.count("CORRECT") / n, n),
-        MetricRow("incorrect", grades.count("INCORRECT") / n, n),
-        MetricRow("not_attempted", grades.count("NOT ATTEMPTED") / n, n),
-        MetricRow("failed", grades.count("FAILED") / n, n),
-        MetricRow("ungraded", grades.count("UNGRADED") / n, n),
-        MetricRow("searches_mean", float(searches.mean()), n),
-        MetricRow("searches_std", float(searches.std()), n),
-        MetricRow("visits_mean", float(visits.mean()), n),
-        MetricRow("visits_std", float(visits.std()), n),
-        MetricRow("refused_visits_mean", float(np.mean([r["n_refused_visits"] for r in rows])), n),
-        MetricRow("turns_mean", float(np.mean([r["n_turns"] for r in rows])), n),
-        MetricRow("tokens_in_mean", float(np.mean([r["tokens_in"] for r in rows])), n),
-        MetricRow("tokens_out_mean", float(np.mean([r["tokens_out"] for r in rows])), n),
-    ]
-    reasons = [r["finish_reason"] for r in rows]
-    out += [MetricRow(f"finish_{f}", reasons.count(f) / n, n) for f in FINISH_REASONS]
-    # the judge's own reliability on this question set (see judge_requests): share of probes
-    # graded as they must be; a judge far from 1.0 makes accuracy meaningless
-    for key, want in (("probe_gold", "CORRECT"), ("probe_decoy", "INCORRECT")):
-        got = [(r.get("judgements") or {}).get(key) for r in rows if key in (r.get("judgements") or {})]
-        if got:
-            out.append(MetricRow(f"judge_{key}_ok", sum(g == want for g in got) / len(got), len(got)))
-    lexical = [_norm(r["gold"]) in _norm(r["output"] or "") for r in rows]
-    out.append(MetricRow("answer_contains_gold", sum(lexical) / n, n))
+    out = []
+    for m in METRIC_ORDER:
+        base = m[: -len("_std")] + "_mean" if m.endswith("_std") else m
+        xs = np.array([v[base] for v in values if base in v], dtype=float)
+        if xs.size:
+            out.append(MetricRow(m, float(xs.std() if m.endswith("_std") else xs.mean()), int(xs.size)))
     return out
 
 
