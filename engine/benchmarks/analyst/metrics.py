@@ -73,30 +73,23 @@ def episode_values(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]],
     return out
 
 
+METRIC_ORDER = ("report_written", "length_tokens", "checklist_pct", "hallucination_pct", "visual_coverage_pct",
+                "claims_per_report", "figures_per_report", "criteria_unscored", "claims_unverified", "steps",
+                "code_runs", "tokens_in_mean", "tokens_out_mean")
+
+
 def aggregate(rows: list[dict[str, Any]], tasks: Callable[[str], dict[str, Any]],
               embedder: Callable[[], Any]) -> list[MetricRow]:
+    """Means of :func:`episode_values` over finished episodes (each over the episodes that have
+    the value), and the shares of finish reasons."""
     rows = [r for r in rows if r["status"] == "ok"]
     if not rows:
         return []
     n = len(rows)
-    scores = [episode_scores(r, tasks, embedder) for r in rows]
-    with_report = [r for r in rows if (r["output"] or "").strip()]
-    out = [MetricRow("episodes", float(n), n), MetricRow("report_written", len(with_report) / n, n)]
-    for name, vals in (
-        ("length_tokens", [float(r["report_tokens"]) for r in with_report]),
-        ("checklist_pct", [s["checklist"] for s in scores if s["checklist"] is not None]),
-        ("hallucination_pct", [s["hallucination"] for s in scores if s["hallucination"] is not None]),
-        ("visual_coverage_pct", [s["coverage"] for s in scores if s["coverage"] is not None]),
-        ("claims_per_report", [float(s["claims"]) for s in scores if s["claims"] is not None]),
-        ("figures_per_report", [float(s["figures"]) for s in scores]),
-        ("criteria_unscored", [float(s["criteria_unscored"]) for s in scores]),
-        ("claims_unverified", [float(s["claims_unverified"]) for s in scores]),
-        ("steps", [float(r["steps"]) for r in rows]),
-        ("code_runs", [float(r["code_runs"]) for r in rows]),
-        ("tokens_in_mean", [float(r["tokens_in"]) for r in rows]),
-        ("tokens_out_mean", [float(r["tokens_out"]) for r in rows]),
-    ):
-        value, k = _mean(vals)
+    values = [episode_values(r, tasks, embedder) for r in rows]
+    out = [MetricRow("episodes", float(n), n)]
+    for name in METRIC_ORDER:
+        value, k = _mean([v[name] for v in values if name in v])
         if k:
             out.append(MetricRow(name, value, k))
     reasons = [r["finish_reason"] for r in rows]
