@@ -74,13 +74,19 @@ def stored_claims(value: str | None) -> list[str] | None:
     return list(claims) if claims is not None else None
 
 
-_VERDICT = re.compile(r"\b(UNSUPPORTED|SUPPORTED)\b")
+# The whole output is the one word the prompt asks for, anchored at both ends: optionally wrapped in
+# whitespace, markdown, quotes, brackets or punctuation (never "?"), optionally after an
+# "Answer:" / "Verdict:" label. "Not supported", "partially supported" or prose are not verdicts.
+_VERDICT = re.compile(r"^(?:[^\w?]|_)*(?:(?:final\s+)?(?:answer|verdict)(?:[^\w?]|_)*?:(?:[^\w?]|_)*)?"
+                      r"(UNSUPPORTED|SUPPORTED)(?:[^\w?]|_)*$", re.IGNORECASE)
 
 
 def parse_verdict(text: str) -> bool | None:
-    """True for SUPPORTED, False for UNSUPPORTED, None when absent or both appear."""
-    found = set(_VERDICT.findall(text.upper()))
-    return found.pop() == "SUPPORTED" if len(found) == 1 else None
+    """True for SUPPORTED, False for UNSUPPORTED, None for anything but that one word (see
+    ``_VERDICT``): a malformed verdict leaves the claim unverified instead of guessing."""
+    text = text.strip()
+    m = _VERDICT.match(text) if len(text) <= 64 else None
+    return None if m is None else m.group(1).upper() == "SUPPORTED"
 
 
 CLAIM_VERIFICATION = """You check whether a claim is supported by source excerpts. (This prompt is dateline's: the paper does not print its verification prompt.)

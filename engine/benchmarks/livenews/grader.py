@@ -1,8 +1,8 @@
 """The SimpleQA-style grader of LiveNewsBench figure 8: prompt and parsing.
 
-The prompt is the paper's, verbatim (PDF line breaks joined). ``parse_grade`` accepts the
-letter the prompt asks for, or the grade's name, and reports anything else as malformed
-rather than guessing.
+The prompt is the paper's, verbatim (PDF line breaks joined). ``parse_grade`` accepts only an
+answer that *is* a grade, and reports anything else as malformed (None: the judge stage retries
+it, then counts the episode as ungraded) rather than guessing. See ``parse_grade``.
 """
 
 from __future__ import annotations
@@ -20,20 +20,36 @@ def grader_prompt(question: str, target: str, predicted_answer: str) -> str:
             .replace("{predicted_answer}", predicted_answer))
 
 
-_LETTER = re.compile(r"^\W*([ABC])\W*$")
-_NAME = re.compile(r"\b(NOT ATTEMPTED|INCORRECT|CORRECT)\b")
+# Wrapping around the grade: whitespace, markdown (``**``, ``__``, backticks, ``#``), quotes,
+# brackets and punctuation, but never a question mark (``A?`` is a question, not a grade).
+_WRAP = r"(?:[^\w?]|_)*"
+_GRADE = re.compile(
+    rf"^{_WRAP}(?:(?:final\s+)?(?:grade|answer){_WRAP}?[:=-]{_WRAP})?"   # optional label "Grade:"
+    rf"(?:(?P<letter>[ABC])(?![^\W_]){_WRAP})?"                             # the letter ...
+    rf"(?P<name>NOT[\s_-]*ATTEMPTED|INCORRECT|CORRECT)?(?![^\W_]){_WRAP}$",  # ... and/or the name
+    re.IGNORECASE)
+_MAX_GRADE_CHARS = 64      # "**Final grade:** C: NOT ATTEMPTED" is 33; longer is prose (and bounds the regex)
 
 
 def parse_grade(output: str) -> Optional[str]:
-    """CORRECT / INCORRECT / NOT ATTEMPTED, or None when the judge output is malformed."""
+    """CORRECT / INCORRECT / NOT ATTEMPTED, or None when the judge output is malformed.
+
+    The whole output must be the grade, anchored at both ends: the letter the prompt asks for
+    (``B``, ``b``, ``**B**``, ``"B"``, ``B.``, ``(B)``), the letter with its own name (``A: CORRECT``,
+    ``B) INCORRECT``, ``C - not attempted``; a letter with another grade's name is malformed), or
+    the name alone (``CORRECT``, ``Not attempted``), optionally after a ``Grade:`` / ``Answer:``
+    label. Anything else is malformed: text after or before the grade ("B ... not fully correct",
+    "The answer is INCORRECT"), negations ("not correct"), two grades ("CORRECT or INCORRECT"),
+    hedges ("A?", "probably A"), an empty output. Reading a label out of prose is how "B, not
+    fully correct" became CORRECT; a malformed grade is retried instead.
+    """
     text = output.strip()
-    m = _LETTER.match(text.upper()) if len(text) <= 8 else None
-    if m:
-        return GRADES[m.group(1)]
-    names = set(_NAME.findall(text.upper()))
-    if len(names) == 1:
-        return names.pop()
-    m = re.match(r"^\s*([ABC])\s*[:.)]", text)
-    if m and not names:
-        return GRADES[m.group(1)]
-    return None
+    m = _GRADE.match(text) if len(text) <= _MAX_GRADE_CHARS else None
+    if m is None or not (m.group("letter") or m.group("name")):
+        return None
+    by_letter = GRADES[m.group("letter").upper()] if m.group("letter") else None
+    by_name = re.sub(r"[\s_-]+", " ", m.group("name").upper()).replace("NOTATTEMPTED", "NOT ATTEMPTED") \
+        if m.group("name") else None
+    if by_letter and by_name and by_letter != by_name:
+        return None
+    return by_letter or by_name

@@ -18,14 +18,15 @@ from engine.errors import ConfigError, DataError
 
 @pytest.mark.parametrize("out,grade", [
     ("A", "CORRECT"), ("B", "INCORRECT"), ("C", "NOT ATTEMPTED"), (" b\n", "INCORRECT"), ('"C"', "NOT ATTEMPTED"),
-    ("CORRECT", "CORRECT"), ("The answer is INCORRECT.", "INCORRECT"), ("NOT ATTEMPTED", "NOT ATTEMPTED"),
+    ("CORRECT", "CORRECT"), ("NOT ATTEMPTED", "NOT ATTEMPTED"),
     ("A: CORRECT", "CORRECT"), ("C) not attempted", "NOT ATTEMPTED"),
 ])
 def test_grades(out, grade):
     assert parse_grade(out) == grade
 
 
-@pytest.mark.parametrize("out", ["", "D", "maybe", "CORRECT or INCORRECT", "I cannot grade this answer"])
+@pytest.mark.parametrize("out", ["", "D", "maybe", "CORRECT or INCORRECT", "I cannot grade this answer",
+                                 "The answer is INCORRECT."])   # prose around a grade: malformed, retried
 def test_malformed_grades(out):
     assert parse_grade(out) is None
 
