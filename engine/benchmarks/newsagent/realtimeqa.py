@@ -8,16 +8,28 @@ Input: a folder of weekly file pairs (gzipped JSON Lines; ``.jsonl`` without ``.
                             "search_result": [{"url", "title", "text", "authors", "publish_date": "YYYY/MM/DD"}]}
 
 Required fields: ``question_id`` and ``question_date`` (qa), ``question_id`` and ``search_result`` (gcs),
-``url`` in every search result. ``title``, ``text`` and ``publish_date`` of a result may be missing or
+``url`` in every search result. ``search_time`` (gcs; "YYYY/MM/DD/HH:MM" or "YYYY/MM/DD") is optional. ``title``, ``text`` and ``publish_date`` of a result may be missing or
 null (the real dumps have a few such results); such an article is unusable and only counted. A
 present but malformed value, a bad JSON line or a duplicate question id raises
 :class:`~engine.errors.DataError` naming the file, the 1-based line and the field.
 
 Construction (this is the specification of the converter):
 
-1. **Articles.** Search results are deduplicated by URL over all weeks. When one URL comes with
-   different payloads, the version with a publish date, then the longest text, then the latest
-   date, then the greatest title is kept (independent of input order).
+1. **Articles.** Search results are deduplicated by URL over all weeks. Each search result is a
+   *crawl* of its URL, made at its row's ``search_time`` (a row without one counts as crawled
+   after every timed crawl). Sites revise articles after release, so a later crawl can carry text
+   written after the release date (updates, new paragraphs), which would put post-release facts
+   into the target and into database objects dated at the release. The version kept is therefore
+   the **earliest usable crawl** (one with a publish date and non-blank text). Ties (usable crawls
+   at the same time) and URLs without any usable crawl keep the version with a publish date, then
+   the longest text, then the latest date, then the greatest title (independent of input order).
+   **Cutoff**: a question's cutoff is its own ``search_time``, the moment the dump saw the web for
+   it; a question never uses a crawl made after its cutoff. The kept (earliest) version is at or
+   before the cutoff of every question whose own copy was usable; an article whose only usable
+   crawls come after a question's cutoff (its copy for that question had no text or date) is not
+   a target candidate for that question (step 6; counted as ``targets_crawled_later``). The
+   database (step 7) keeps the earliest usable crawl of every article regardless: every crawl
+   postdates the publish date that dates its objects, and the earliest is the closest to it.
 2. **Cleaning.** Article text is split into lines (paragraphs). A line is dropped as boilerplate
    when it has fewer than 8 words; starts with a boilerplate prefix ("Editor's note", "Follow",
    "Sign up", "Read more", "Related:", "Subscribe", "Contact", "This story has been updated", ...);
@@ -41,7 +53,8 @@ Construction (this is the specification of the converter):
    over the database (postings in date order, cut by bisection at the release date) makes this
    one pass over the candidate postings per target sentence.
 6. **Target.** For each question, among its search results that have a publish date on or before
-   the question date and at least one sentence, the most recent is the target article (ties:
+   the question date and at least one sentence and whose kept crawl is at or before the question's
+   cutoff (step 1), the most recent is the target article (ties:
    longer text, then smaller URL). ``release_date`` = its publish date, ``title`` = its title,
    ``reference_article`` = its first 60 cleaned sentences (paragraphs kept), ``source`` =
    question id, ``task_id`` = ``"rtqa-" + question_id``.
@@ -298,6 +311,28 @@ def _opt_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "
     return value
 
 
+_SEARCH_TIME = re.compile(r"^(\d{4})[/-](\d{2})[/-](\d{2})(?:[/ T](\d{2}):(\d{2})(?::\d{2}(?:\.\d+)?)?)?$")
+
+
+def _parse_search_time(path: Path, row: int, raw: Any) -> dt.datetime | None:
+    """The crawl time of a gcs row (step 1); None when absent."""
+    if raw is None or raw == "":
+        return None
+    m = _SEARCH_TIME.match(raw.strip()) if isinstance(raw, str) else None
+    try:
+        if m is None:
+            raise ValueError
+        y, mo, d, h, mi = (int(g) if g else 0 for g in m.groups())
+        return dt.datetime(y, mo, d, h, mi)
+    except ValueError:
+        raise DataError(path, row, "search_time", f"expected YYYY/MM/DD/HH:MM, got {raw!r:.60}") from None
+
+
+def _crawled_by(crawled: dt.datetime | None, cutoff: dt.datetime | None) -> bool:
+    """A crawl made at or before a cutoff (an unknown time on either side constrains nothing)."""
+    return crawled is None or cutoff is None or crawled <= cutoff
+
+
 @dataclass
 class _Article:
     url: str
@@ -305,11 +340,22 @@ class _Article:
     date: dt.date | None
     text: str
     paragraphs: list[list[str]] = field(default_factory=list)
+    crawled: dt.datetime | None = None   # search_time of the crawl this version comes from
+    crawls: int = 1                      # search results seen for this URL
 
     def sentences(self, limit: int) -> list[str]:
         return list(chain.from_iterable(self.paragraphs))[:limit]
 
+    def usable(self) -> bool:
+        return self.date is not None and bool(self.text.strip())
+
     def better_than(self, other: _Article) -> bool:
+        """Step 1: the earliest usable crawl; then publish date, longest text, latest date, title."""
+        if self.usable() != other.usable():
+            return self.usable()
+        if self.usable() and self.crawled != other.crawled:
+            return other.crawled is None or (self.crawled is not None and self.crawled < other.crawled)
+
         def key(a: _Article) -> tuple[Any, ...]:
             return (a.date is not None, len(a.text), a.date or dt.date.min, a.title)
         return key(self) > key(other)
@@ -320,6 +366,7 @@ class _Question:
     qid: str
     date: dt.date
     urls: list[str] | None = None  # None: no search-results row
+    crawled: dt.datetime | None = None  # its search_time: the cutoff for the crawls it may use
 
 
 def _week_files(src: Path, weeks: Iterable[Any] | None) -> list[tuple[str, Path, Path]]:
@@ -375,6 +422,7 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
             items = obj["search_result"]
             if not isinstance(items, list):
                 raise DataError(gcs_path, row, "search_result", f"expected a list, got {type(items).__name__}")
+            crawled = _parse_search_time(gcs_path, row, obj.get("search_time"))
             urls: list[str] = []
             for k, item in enumerate(items):
                 where = f"search_result[{k}]."
@@ -384,11 +432,15 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
                 raw_date = item.get("publish_date")
                 date = None if raw_date in (None, "") else _parse_date(gcs_path, row, where + "publish_date", raw_date)
                 art = _Article(url, _WS.sub(" ", _opt_str(gcs_path, row, item, "title", where)).strip(), date,
-                               _opt_str(gcs_path, row, item, "text", where))
+                               _opt_str(gcs_path, row, item, "text", where), crawled=crawled)
                 results += 1
                 old = articles.get(url)
-                if old is None or art.better_than(old):
-                    articles[url] = art
+                if old is not None:
+                    art.crawls = old.crawls + 1
+                    if not art.better_than(old):
+                        old.crawls = art.crawls
+                        art = old
+                articles[url] = art
                 if url not in urls:
                     urls.append(url)
             q = questions.get(qid)
@@ -396,6 +448,7 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
                 stats["results_without_question"] += 1
             else:
                 q.urls = urls
+                q.crawled = crawled
     stats["search_results"] = results
     return list(questions.values()), articles
 
@@ -531,6 +584,9 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
             continue
         eligible = [articles[u] for u in q.urls
                     if articles[u].date is not None and articles[u].date <= q.date and articles[u].paragraphs]
+        in_time = [a for a in eligible if _crawled_by(a.crawled, q.crawled)]
+        stats["targets_crawled_later"] += len(eligible) - len(in_time)
+        eligible = in_time
         if not eligible:
             skipped["no_target_article"] += 1
             continue
@@ -578,6 +634,8 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
         "articles_undated": sum(1 for a in articles.values() if a.date is None),
         "articles_without_text": sum(1 for a in articles.values() if not a.text.strip()),
         "articles_without_sentences": sum(1 for a in articles.values() if a.text.strip() and not a.paragraphs),
+        "articles_crawled_more_than_once": sum(1 for a in articles.values() if a.crawls > 1),
+        "targets_crawled_later": stats["targets_crawled_later"],
         "results_without_question": stats["results_without_question"],
         "boilerplate_lines": len(boilerplate),
         "objects": len(out_objects),

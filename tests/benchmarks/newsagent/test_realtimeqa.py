@@ -414,3 +414,79 @@ def test_real_q1_slice(tmp_path: Path) -> None:
     assert len(ds.objects) == stats["objects"] > 1000
     assert all(len(t.firsthand) >= 3 and t.reference_evidence for t in ds.tasks)
     assert sum(stats["skipped"].values()) + stats["tasks"] == stats["questions"]
+
+
+# --- several crawls of one article: the earliest usable crawl, at or before the question's cutoff ---
+
+UPDATE = "On Friday the council reversed course and cut the library budget in half after a lawsuit."
+A_TGT_UPDATED = result("a-tgt", "2023/01/05", TGT_TEXT + "\n\n" + UPDATE, "Riverton library budget cut after lawsuit")
+A_TGT_NO_TEXT = result("a-tgt", None, None, "Riverton library gets a budget boost")  # as in the real dumps
+
+
+def crawl(qid: str, results: list[dict], when: str) -> dict:
+    return {"question_id": qid, "search_time": when, "search_result": results}
+
+
+def test_earliest_crawl_is_kept_not_the_longer_update(tmp_path: Path) -> None:
+    """a-tgt (released 2023-01-05) is crawled on 01-07 for the first week's question and again on
+    01-14, when a sentence written after the release had been added (the later copy is longer).
+    The task built on it and the database objects it feeds use the 01-07 text."""
+    d = tmp_path / "src"
+    d.mkdir()
+    write_gz(d / "20230106_qa.jsonl.gz", [qa("20230106_0", "2023/01/05")])
+    write_gz(d / "20230106_gcs.jsonl.gz", [crawl("20230106_0", [A_OLD, A_TGT], "2023/01/07/05:11")])
+    write_gz(d / "20230113_qa.jsonl.gz", [qa("20230113_0", "2023/01/12")])
+    write_gz(d / "20230113_gcs.jsonl.gz", [crawl("20230113_0", [B_TGT, A_TGT_UPDATED], "2023/01/14/09:30")])
+    stats = rtqa.convert(d, tmp_path / "out")
+    ds = load_dataset(tmp_path / "out")
+    tasks = {t.task_id: t for t in ds.tasks}
+    t1 = tasks["rtqa-20230106_0"]
+    assert t1.release_date == dt.date(2023, 1, 5)
+    assert t1.title == "Riverton library gets a budget boost"
+    assert t1.reference_article.split("\n\n") == [f"{T1} {T2}", f"{T3} {T4}", T5, T6, T7]
+    assert UPDATE not in t1.reference_article and UPDATE not in t1.firsthand
+    assert list(t1.firsthand) == [T2, T3, T4, T5, T6, T7_RENDERED]
+    # the 2023-01-12 task sees a-tgt in its database: the 01-07 sentences only
+    assert "rtqa-20230113_0" in tasks
+    a_tgt = {o.text for o in ds.objects if o.source == U + "a-tgt"}
+    assert a_tgt == {T1, T2, T3, T4, T5, T6, T7_RENDERED}
+    assert stats["articles_crawled_more_than_once"] == 1 and stats["targets_crawled_later"] == 0
+
+
+def test_earliest_crawl_wins_in_any_input_order(tmp_path: Path) -> None:
+    d = tmp_path / "src"
+    d.mkdir()
+    write_gz(d / "20230106_qa.jsonl.gz", [qa("20230106_0", "2023/01/05"), qa("20230106_1", "2023/01/05")])
+    outs = []
+    for rows in ([crawl("20230106_0", [A_TGT_UPDATED, A_OLD], "2023/01/09/10:00"),
+                  crawl("20230106_1", [A_TGT, A_OLD], "2023/01/07/05:11")],
+                 [crawl("20230106_1", [A_TGT, A_OLD], "2023/01/07/05:11"),
+                  crawl("20230106_0", [A_TGT_UPDATED, A_OLD], "2023/01/09/10:00")]):
+        write_gz(d / "20230106_gcs.jsonl.gz", rows)
+        out = tmp_path / f"out{len(outs)}"
+        rtqa.convert(d, out)
+        outs.append((out / "tasks.jsonl").read_bytes())
+        tasks = load_dataset(out).tasks
+        assert len(tasks) == 2 and all(UPDATE not in t.reference_article for t in tasks)
+    assert outs[0] == outs[1]
+
+
+def test_no_crawl_after_the_question_cutoff(tmp_path: Path) -> None:
+    """The first question's own copy of a-tgt has no text or date; the only usable crawl comes a
+    week later, after that question's cutoff (its search_time): a-tgt is no target for it."""
+    d = tmp_path / "src"
+    d.mkdir()
+    write_gz(d / "20230106_qa.jsonl.gz", [qa("20230106_0", "2023/01/05")])
+    write_gz(d / "20230106_gcs.jsonl.gz", [crawl("20230106_0", [A_TGT_NO_TEXT], "2023/01/07/05:11")])
+    write_gz(d / "20230113_qa.jsonl.gz", [qa("20230113_0", "2023/01/12")])
+    write_gz(d / "20230113_gcs.jsonl.gz", [crawl("20230113_0", [B_TGT, A_TGT, A_OLD], "2023/01/14/09:30")])
+    stats = rtqa.convert(d, tmp_path / "out")
+    assert stats["targets_crawled_later"] == 1 and stats["skipped"]["no_target_article"] == 1
+    assert [t.task_id for t in load_dataset(tmp_path / "out").tasks] == ["rtqa-20230113_0"]
+
+
+def test_bad_search_time(src: Path, tmp_path: Path) -> None:
+    path = write_gz(src / "20230113_gcs.jsonl.gz", [crawl("20230113_0", [B_TGT], "last Tuesday")])
+    with pytest.raises(DataError) as e:
+        rtqa.convert(src, tmp_path / "out")
+    assert (e.value.path, e.value.row, e.value.field) == (path, 1, "search_time")
