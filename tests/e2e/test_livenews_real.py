@@ -15,6 +15,7 @@ import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
 from engine.hosting.prepare_model import default_model_dir, is_prepared
+from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
         pytest.fail("the offline model is not prepared: run scripts/setup.sh")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
-           "agent.max_searches=1,3", "benchmark.limit=3", "agent.max_turns=4", "agent.max_tokens_turn=256",
+           "agent.max_searches=1,3", "benchmark.limit=3", "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256",
            f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6"]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -51,7 +52,7 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
     assert [r.get("model_started") for r in runs].count(True) == 1, runs
     assert all(r["model_starts_in_session"] == 1 for r in runs)
-    log = (tmp_path / "logs" / "vllm-replica0.log").read_text()
+    log = (tmp_path / "logs" / replica_log_name("qwen2.5-coder-0.5b-instruct", 0)).read_text()
     assert log.count("Starting vLLM server on") == 1 and log.count("Application startup complete") == 1
 
     # the grader stage ran on the hosted model: every finished answer is graded, and the judge

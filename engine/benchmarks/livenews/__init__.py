@@ -14,8 +14,9 @@ import pyarrow as pa
 from engine.benchmarks.livenews import agent, metrics
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import LiveQuestion, load
-from engine.benchmarks.livenews.grader import grader_prompt, parse_grade
+from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
 from engine.errors import ConfigError
+from engine.judges import prompt_version
 from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
 
 
@@ -24,6 +25,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     benchmark_schema = LivenewsBenchmarkConfig
     agent_schema = LivenewsAgentConfig
     evaluation_fields = ("judge_probes",)
+    judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
     curve = ("max_searches", "accuracy")
     episode_fields = [
@@ -44,9 +46,15 @@ class LiveNewsBenchmark(BenchmarkBase):
         for key in ("max_searches", "max_visits"):
             if getattr(a, key) < 0:
                 raise ConfigError(f"agent.{key}: must be >= 0, got {getattr(a, key)}")
-        for key in ("max_turns", "max_tokens_turn"):
-            if getattr(a, key) < 1:
-                raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        if a.max_tokens_turn < 1:
+            raise ConfigError(f"agent.max_tokens_turn: must be >= 1, got {a.max_tokens_turn}")
+        need = a.max_searches + a.max_visits + 1 if a.mode == "search" else 1
+        if a.max_turns is not None and a.max_turns < need:
+            # a cap below the budgets would end episodes as max_turns before the budgets bind, so a
+            # budget sweep (Table 3) would measure the cap; leave it unset to derive it
+            raise ConfigError(f"agent.max_turns: {a.max_turns} is below max_searches + max_visits + 1 = {need} "
+                              f"({a.mode} mode), so the turn cap would bind before the budgets; "
+                              "leave it unset (null) to derive it from the budgets")
         for key in ("results_per_query", "visit_max_tokens"):
             if getattr(b, key) < 1:
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")

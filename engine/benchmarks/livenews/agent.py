@@ -9,7 +9,9 @@ instantly"; format violations "result in task failures").
 * ``no_action_block``: a turn without an action block.
 * ``malformed_action``: more than one block, no ``type:`` line, or an action without items.
 * ``unknown_action``: a ``type`` other than Search, Click/Visit or Finish.
-* ``max_turns``: ``agent.max_turns`` model turns without Finish.
+* ``max_turns``: the turn cap (``config.turn_cap``) reached without Finish. By default the cap is
+  derived from the budgets with slack, so it never binds before them: every turn that continues
+  spends budget, and a spent budget ends the episode as ``budget_exceeded`` or by Finish.
 * ``generation_failure``: the server refused the request (e.g. the conversation outgrew the
   context window). Infrastructure failures (server down after retries) are not a result: they
   propagate and the episode is recorded as an error, so a re-run retries it.
@@ -27,6 +29,7 @@ from typing import Any
 from engine.actions import ParseError
 from engine.benchmarks.livenews import prompts
 from engine.benchmarks.livenews.actions import parse_action_block
+from engine.benchmarks.livenews.config import turn_cap
 from engine.benchmarks.livenews.data import LiveQuestion
 from engine.llm import RequestRejected
 from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
@@ -75,7 +78,7 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
     web = ctx.services.get("web") if search_mode else None
     t = Tally()
     answer, reason = "", "max_turns"
-    max_turns = cfg.max_turns if search_mode else 1
+    max_turns = turn_cap(cfg)
     while t.turns < max_turns:
         t.turns += 1
         try:

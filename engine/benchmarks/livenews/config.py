@@ -29,7 +29,26 @@ class LivenewsAgentConfig:
     mode: str = "search"                   # search | no_search (answers from memory: Table 4)
     max_searches: int = 5                  # individual queries, over the whole episode
     max_visits: int = 5                    # individual URLs, over the whole episode
-    max_turns: int = 12
+    max_turns: Optional[int] = None        # None: derived, turn_cap(); explicit: >= max_searches + max_visits + 1
     max_tokens_turn: int = 512
     tell_date: bool = True                 # state the question's date in the user turn
     guided_actions: bool = False           # constrain decoding to reasoning + one action block (vLLM)
+
+
+# Turns the derived cap allows beyond the budgets' own need. A turn that searches or clicks spends
+# at least one unit of budget, so max_searches + max_visits + 1 turns (the last one Finish) are
+# always enough, and today a format violation ends the episode (the paper: it "results in task
+# failure") without costing a turn. The slack is headroom so that the cap still never binds before
+# the budgets if a turn that spends nothing is ever allowed to continue (e.g. re-asking after a
+# parse failure): the budgets, not the cap, must be what a Table 3 sweep over max_searches varies.
+PARSE_FAILURE_SLACK = 2
+
+
+def turn_cap(agent: LivenewsAgentConfig) -> int:
+    """The model turns an episode may take: ``agent.max_turns``, or when that is None
+    ``max_searches + max_visits + 1 + PARSE_FAILURE_SLACK``; always 1 in ``no_search`` mode."""
+    if agent.mode == "no_search":
+        return 1
+    if agent.max_turns is not None:
+        return agent.max_turns
+    return agent.max_searches + agent.max_visits + 1 + PARSE_FAILURE_SLACK

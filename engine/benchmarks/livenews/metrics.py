@@ -124,8 +124,8 @@ def _setting(agent: dict[str, Any]) -> str:
     from engine.benchmarks.livenews.config import LivenewsAgentConfig
 
     base = asdict(LivenewsAgentConfig(mode=agent.get("mode", "search")))
-    if agent.get("mode") == "no_search":
-        base.update(max_searches=0, max_visits=0, max_turns=1)
+    if agent.get("mode") == "no_search":      # one turn and no tools, whatever the config says
+        base.update(max_searches=0, max_visits=0, max_turns=agent.get("max_turns"))
     diff = [f"{k}={v}" for k, v in sorted(agent.items())
             if k not in ("mode", "max_searches", "max_visits") and base.get(k) != v]
     return ", ".join(diff) or "default"

@@ -203,7 +203,7 @@ def test_grading_requests_and_tables(tasks):
                  "data": json.dumps({"source": "realtimeqa", "pages": "x/realtimeqa"}), "metric": k, "value": v, "n": 4}
                 for k, v in {"accuracy": acc, "searches_mean": 1.0, "searches_std": 0.5, "visits_mean": 0.0,
                              "visits_std": 0.0, "failed": 0.0}.items()]
-    base = {"mode": "search", "max_visits": 5, "max_turns": 12}
+    base = {"mode": "search", "max_visits": 5, "max_turns": None}      # the default: derived cap
     metric_rows = (mrows(base | {"max_searches": 1}, 0.25, "a") + mrows(base | {"max_searches": 5}, 0.5, "b")
                    + mrows({"mode": "no_search", "max_searches": 0, "max_visits": 0, "max_turns": 1}, 0.0, "c"))
     t = BENCH.tables(metric_rows)
