@@ -127,6 +127,9 @@ class NewsagentAgentConfig:
     guided_json: bool = False
     # Generation budget per action turn.
     max_tokens_action: int = 256
+    # System prompt: "paper" (appendix B.1 verbatim, both settings) or "extended" (adds section
+    # headers, remove/terminate examples and, in 2-step mode, a note on the two turns).
+    prompt_variant: str = "paper"
     # Observation size: the most recent retrieved objects shown (older ones stay insertable).
     max_retrieved_in_observation: int = 25
     # Rephrase the final draft into an article (paper section 3.2.3).
@@ -142,18 +145,29 @@ class NewsagentAgentConfig:
 
 @dataclass
 class JudgeConfig:
-    """Who runs a benchmark's judge stage (after generation, batched). ``hosted`` uses the run's
-    own model endpoints (the vLLM replicas it hosts, or its external endpoint; no second server); ``openai_compatible`` any endpoint; ``none`` skips it
-    (judgements stay missing and are reported as such, never guessed)."""
+    """Who runs a benchmark's judge stage (after generation, batched).
+
+    * ``hosted`` without ``hosted_model``: the run's own model judges its own outputs (its vLLM
+      replicas or its external endpoint; no second server). Every number this judge produces is
+      **self-judged**, and the report and the run summary say so.
+    * ``hosted`` with ``hosted_model``: a second model, hosted as its own pool in the same job next
+      to the model under test (``judge=hosted_model``; a config equal to ``model`` shares its pool).
+    * ``openai_compatible``: any endpoint (``base_url`` + ``model``).
+    * ``none``: no judge stage (judgements stay missing and are reported as such, never guessed).
+
+    The judge's identity (model, endpoint kind, the benchmark's judge prompt version) keys every
+    judgement; metrics are computed per identity, so judges are never mixed."""
     kind: str = "hosted"
-    name: str = ""                 # defaults to the hosted model's name
+    name: str = ""                 # defaults to the judging model's name
+    # hosted: the judging model, when it is not the model under test (its own replicas and prices).
+    hosted_model: Optional[ModelConfig] = None
     base_url: str = ""
     model: str = ""
     api_key_env: str = ""
     temperature: float = 0.0
     max_attempts: int = 2          # a malformed judgement is retried, then recorded as a failure
     max_inflight: int = 8
-    # Per call. Generous: a 3000-token checklist (analyst) on a busy CPU replica runs ~20 min.
+    # Per call. Generous: a 3000-token generation (an analyst checklist) on a busy CPU replica runs ~20 min.
     # A call that times out is recorded and asked again by the next stage run.
     request_timeout_s: float = 1800.0
     # openai_compatible judges: prices per million tokens for cost accounting (a hosted judge is
@@ -217,11 +231,9 @@ def validate_pairwise(cfg: PairwiseConfig) -> None:
     _check(cfg.limit is None or cfg.limit >= 1, "limit", "must be >= 1 or null")
     _check(cfg.judge.kind in ("hosted", "openai_compatible"), "judge.kind",
            f"pairwise judging needs a judge: hosted or openai_compatible, got {cfg.judge.kind!r}")
-    if cfg.judge.kind == "openai_compatible":
-        _check(bool(cfg.judge.base_url) and bool(cfg.judge.model), "judge.base_url", "base_url and model are required")
-    if cfg.judge.kind == "hosted" and cfg.model.kind == "vllm":
-        _check(bool(cfg.model.path), "model.path", "required for kind=vllm (a local model folder)")
-    _check(cfg.judge.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
+    validate_judge(cfg.judge)
+    if cfg.judge.kind == "hosted" and cfg.judge.hosted_model is None:
+        validate_model(cfg.model, "model")
 
 
 def to_plain(obj: Any) -> Any:
@@ -259,24 +271,42 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise ConfigError(f"{where}: {msg}")
 
 
-def validate(cfg: Config) -> None:
-    """Checks a type cannot express. Raises ConfigError naming the field."""
-    m = cfg.model
-    _check(m.kind in ("vllm", "openai_compatible"), "model.kind", f"must be vllm or openai_compatible, got {m.kind!r}")
+def validate_model(m: ModelConfig, where: str) -> None:
+    """A model config at ``where`` (``model``, ``judge.hosted_model``)."""
+    _check(m.kind in ("vllm", "openai_compatible"), f"{where}.kind", f"must be vllm or openai_compatible, got {m.kind!r}")
     if m.kind == "vllm":
-        _check(bool(m.path), "model.path", "required for kind=vllm (a local model folder)")
-        _check(m.replicas >= 1, "model.replicas", "must be >= 1")
-        _check(m.tensor_parallel_size >= 1, "model.tensor_parallel_size", "must be >= 1")
+        _check(bool(m.path), f"{where}.path", "required for kind=vllm (a local model folder)")
+        _check(m.replicas >= 1, f"{where}.replicas", "must be >= 1")
+        _check(m.tensor_parallel_size >= 1, f"{where}.tensor_parallel_size", "must be >= 1")
         if m.tensor_parallel_size > 1:
-            _check(m.num_gpus >= m.tensor_parallel_size, "model.num_gpus",
+            _check(m.num_gpus >= m.tensor_parallel_size, f"{where}.num_gpus",
                    f"tensor_parallel_size={m.tensor_parallel_size} needs num_gpus >= {m.tensor_parallel_size}")
     else:
-        _check(bool(m.base_url), "model.base_url", "required for kind=openai_compatible")
+        _check(bool(m.base_url), f"{where}.base_url", "required for kind=openai_compatible")
         if m.api_key_env:
-            _check(m.api_key_env in os.environ, "model.api_key_env",
+            _check(m.api_key_env in os.environ, f"{where}.api_key_env",
                    f"environment variable {m.api_key_env!r} is not set")
-    _check(m.max_inflight_per_replica >= 1, "model.max_inflight_per_replica", "must be >= 1")
-    _check(0.0 <= m.temperature <= 2.0, "model.temperature", "must be in [0, 2]")
+    _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
+    _check(0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
+
+
+def validate_judge(j: JudgeConfig) -> None:
+    _check(j.kind in ("hosted", "openai_compatible", "none"), "judge.kind",
+           f"must be hosted, openai_compatible or none, got {j.kind!r}")
+    if j.kind == "openai_compatible":
+        _check(bool(j.base_url) and bool(j.model), "judge.base_url", "base_url and model are required")
+        if j.api_key_env:
+            _check(j.api_key_env in os.environ, "judge.api_key_env",
+                   f"environment variable {j.api_key_env!r} is not set")
+    if j.hosted_model is not None:
+        _check(j.kind == "hosted", "judge.hosted_model", f"only for judge.kind=hosted, got kind={j.kind!r}")
+        validate_model(j.hosted_model, "judge.hosted_model")
+    _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
+
+
+def validate(cfg: Config) -> None:
+    """Checks a type cannot express. Raises ConfigError naming the field."""
+    validate_model(cfg.model, "model")
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
     _check(-1.0 <= i.threshold <= 1.0, "index.threshold", "cosine threshold must be in [-1, 1]")
@@ -288,15 +318,7 @@ def validate(cfg: Config) -> None:
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
     _check(bool(r.dir), "run.dir", "required")
-    j = cfg.judge
-    _check(j.kind in ("hosted", "openai_compatible", "none"), "judge.kind",
-           f"must be hosted, openai_compatible or none, got {j.kind!r}")
-    if j.kind == "openai_compatible":
-        _check(bool(j.base_url) and bool(j.model), "judge.base_url", "base_url and model are required")
-        if j.api_key_env:
-            _check(j.api_key_env in os.environ, "judge.api_key_env",
-                   f"environment variable {j.api_key_env!r} is not set")
-    _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
+    validate_judge(cfg.judge)
     from engine.benchmarks import get_benchmark
 
     bench = get_benchmark(cfg.benchmark.name)

@@ -88,10 +88,22 @@ def test_two_step_episode(sample_index, sample_dataset):
     assert ep["status"] == "ok", ep["error"]
     assert [s["turn"] for s in steps] == ["choose", "arguments", "choose", "rephrase"]
     assert ep["n_search"] == 1 and ep["operations"] == 1 and ep["finish_reason"] == "terminate"
-    assert "2-step setting" in requests[0]["messages"][0]["content"]
+    # the system prompt is the paper's (shared by both settings); the choose turn's user message
+    # says to output only the operation, the arguments turn asks for its content
+    assert requests[0]["messages"][0]["content"] == prompts.SYSTEM_PROMPT
+    assert requests[0]["messages"][1]["content"].endswith(prompts.TWO_STEP_CHOOSE)
+    assert requests[1]["messages"][3] == {"role": "user", "content": prompts.TWO_STEP_ARGS["search"]}
     # the arguments turn continues the same conversation
     assert requests[1]["messages"][2] == {"role": "assistant", "content": '{"Thought": "look", "Action": "search"}'}
     assert json.loads(steps[1]["parsed_action"])["before"] == "2024-01-10"
+
+
+def test_extended_prompt_variant_in_two_step(sample_index, sample_dataset):
+    (res,), requests = run_episodes(sample_index, sample_dataset.tasks[:1], lambda m, r: '{"Action": "terminate"}',
+                                    NewsagentAgentConfig(mode="2-step", prompt_variant="extended", rephrase=False))
+    assert res["episode"]["status"] == "ok"
+    system = requests[0]["messages"][0]["content"]
+    assert system == prompts.SYSTEM_PROMPT_EXTENDED + prompts.TWO_STEP_NOTE and "2-step setting" in system
 
 
 def test_guided_json_sends_schemas(sample_index, sample_dataset):

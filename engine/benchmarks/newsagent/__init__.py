@@ -8,10 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.benchmarks.newsagent import agent, metrics, pairwise
+from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
 from engine.benchmarks.newsagent.data import NewsTask, load_dataset
 from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.errors import ConfigError
+from engine.judges import prompt_version
 from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
 from indexes.corpus import Document
 
@@ -42,7 +43,8 @@ class NewsAgentBenchmark(BenchmarkBase):
     ]
 
     pairwise = PairwiseSpec(pairwise.PROTOCOLS, pairwise.DIMENSIONS, pairwise.messages, pairwise.parse,
-                            pairwise.json_schema, lambda task: task.reference_article)
+                            pairwise.json_schema, lambda task: task.reference_article,
+                            prompt_version(pairwise.DIMENSION_PROMPT, pairwise.SINGLE_PROMPT))
 
     def validate(self, cfg: Any) -> None:
         a = cfg.agent
@@ -52,6 +54,9 @@ class NewsAgentBenchmark(BenchmarkBase):
                     "max_retrieved_in_observation"):
             if getattr(a, key) < 1:
                 raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        if a.prompt_variant not in prompts.PROMPT_VARIANTS:
+            raise ConfigError(f"agent.prompt_variant: must be one of {prompts.PROMPT_VARIANTS}, "
+                              f"got {a.prompt_variant!r}")
         if not 0.0 <= a.trace_tolerance <= 1.0:
             raise ConfigError(f"agent.trace_tolerance: must be in [0, 1], got {a.trace_tolerance}")
         d = _data_dir(cfg)

@@ -37,11 +37,12 @@ def _record_outcome(ctx: EpisodeContext, turn: str, obs: str, completion: Any, a
                latency_s=completion.latency_s if completion else 0.0)
 
 
-async def _ask(env: NewsEnvironment, ctx: EpisodeContext, system: str,
-               schema: dict[str, Any]) -> tuple[str, list[dict[str, str]], Any]:
-    """One model turn on the current observation; the schema applies when guided_json is on."""
+async def _ask(env: NewsEnvironment, ctx: EpisodeContext, system: str, schema: dict[str, Any],
+               ask: str = prompts.ONE_STEP_ASK) -> tuple[str, list[dict[str, str]], Any]:
+    """One model turn on the current observation (closed by ``ask``, what to output this turn);
+    the schema applies when guided_json is on."""
     cfg = ctx.agent
-    obs = prompts.observation(env, cfg.max_retrieved_in_observation)
+    obs = prompts.observation(env, cfg.max_retrieved_in_observation, ask=ask)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": obs}]
     comp = await ctx.llm.chat(messages, cfg.max_tokens_action, json_schema=schema if cfg.guided_json else None)
     return obs, messages, comp
@@ -59,7 +60,7 @@ async def _one_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str)
 
 async def _two_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str) -> None:
     cfg = ctx.agent
-    obs, messages, comp = await _ask(env, ctx, system, prompts.CHOOSE_SCHEMA)
+    obs, messages, comp = await _ask(env, ctx, system, prompts.CHOOSE_SCHEMA, ask=prompts.TWO_STEP_CHOOSE)
     try:
         kind = parse_kind(first_json_object(comp.text))
     except ParseError as e:
@@ -136,7 +137,7 @@ async def run_episode(task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
         await _rule_based(env, ctx)
         finish = "baseline"
     else:
-        system = prompts.system_prompt(two_step=cfg.mode == "2-step")
+        system = prompts.system_prompt(two_step=cfg.mode == "2-step", variant=cfg.prompt_variant)
         turn = _two_step_turn if cfg.mode == "2-step" else _one_step_turn
         while not env.done and turns < cfg.max_turns:
             turns += 1

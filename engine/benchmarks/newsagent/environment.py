@@ -33,8 +33,9 @@ SearchFn = Callable[[str, dt.date], Awaitable[list[Retrieved]]]
 
 
 def normalize(text: str) -> str:
-    """Matching key for insert/remove: punctuation removed, whitespace folded, case kept."""
-    no_punct = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    """Matching key for insert/remove: punctuation removed (not replaced by a space, so "Gray's"
+    matches "Grays" and "No.10" matches "No10"; paper 4.1.3), whitespace folded, case kept."""
+    no_punct = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
     return " ".join(no_punct.split())
 
 
@@ -71,14 +72,20 @@ MSG_CAP = "Operation limit reached ({cap} operations): the draft is final."
 
 
 def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
+    """All three of year/month/day (the prompt's "Required fields"), or none (search up to the
+    release date). A partial date such as a year alone is an invalid action (error iv), not
+    1 January: guessing the missing parts would silently narrow the search."""
     y, m, d = (get_ci(obj, k) for k in ("year", "month", "day"))
     parts = [str(p).strip() if p is not None else "" for p in (y, m, d)]
     if not any(parts):
         return None
+    where = f"year={parts[0]!r} month={parts[1]!r} day={parts[2]!r}"
+    if not all(parts):
+        raise ParseError(f"invalid search date {where}: give all of year, month and day, or none")
     try:
-        return dt.date(int(parts[0]), int(parts[1] or 1), int(parts[2] or 1))
+        return dt.date(int(parts[0]), int(parts[1]), int(parts[2]))
     except ValueError:
-        raise ParseError(f"invalid search date year={parts[0]!r} month={parts[1]!r} day={parts[2]!r}") from None
+        raise ParseError(f"invalid search date {where}") from None
 
 
 def _obj_text(obj: dict[str, Any]) -> str:
@@ -121,9 +128,9 @@ def parse_action(text: str) -> Action:
 
 @dataclass
 class Counters:
-    search: int = 0
-    insert: int = 0
-    remove: int = 0
+    search: int = 0                 # every search, empty ones included (also in empty_search)
+    insert: int = 0                 # successful inserts (a duplicate insert is a successful no-op)
+    remove: int = 0                 # successful removes
     terminate: int = 0
     empty_search: int = 0
     failed_insert: int = 0
@@ -132,7 +139,10 @@ class Counters:
 
     @property
     def operations(self) -> int:
-        return self.search + self.insert + self.remove + self.failed_parse
+        """What the operation cap counts: every search, insert and remove, failed or not, and
+        every unparseable action (``insert``/``remove`` count successes only, Table 3)."""
+        return (self.search + self.insert + self.failed_insert + self.remove + self.failed_remove
+                + self.failed_parse)
 
 
 @dataclass
@@ -205,19 +215,19 @@ class NewsEnvironment:
             return self._finish(StepOutcome(True, msg, hits), f"search {action.query!r} -> {len(hits)} result(s)")
         key = normalize(action.text)
         if action.kind == "insert":
-            c.insert += 1
             obj = self.retrieved.get(key)
             if obj is None:
                 c.failed_insert += 1
                 return self._finish(StepOutcome(False, MSG_INSERT_UNKNOWN), "insert -> failed (not retrieved)")
+            c.insert += 1
             if any(normalize(d.text) == key for d in self.draft):
                 return self._finish(StepOutcome(True, MSG_INSERT_DUP), "insert -> already in draft")
             self.draft.append(obj)
             return self._finish(StepOutcome(True, MSG_INSERT_OK), f"insert {obj.object_id}")
         if action.kind == "remove":
-            c.remove += 1
             for i, d in enumerate(self.draft):
                 if normalize(d.text) == key:
+                    c.remove += 1
                     del self.draft[i]
                     return self._finish(StepOutcome(True, MSG_REMOVE_OK), f"remove {d.object_id}")
             c.failed_remove += 1
