@@ -80,11 +80,13 @@ class ChatClient:
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
-                   regex: str | None = None) -> Completion:
+                   regex: str | None = None, temperature: float | None = None) -> Completion:
         """One chat completion. ``json_schema`` / ``regex`` constrain decoding (vLLM structured
-        outputs; ``regex`` is vLLM-specific and sent as ``structured_outputs``)."""
+        outputs; ``regex`` is vLLM-specific and sent as ``structured_outputs``). ``temperature``
+        overrides the client's sampling temperature for this call (e.g. a benchmark's own)."""
+        temp = self.sampling.temperature if temperature is None else temperature
         kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
-                                      temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+                                      temperature=temp, top_p=self.sampling.top_p)
         s = seed if seed is not None else self.sampling.seed
         if s is not None:
             kwargs["seed"] = s

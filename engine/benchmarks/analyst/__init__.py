@@ -1,9 +1,11 @@
 """analyst (AnalystBench): long-form reports from source documents, vanilla (chunked map-reduce)
 or agentic (a tool loop in a sandboxed working directory), scored in a batched judge stage by
-checklists (figures 15-16), claim groundedness (figure 17 + verification against the sources)
-and figure coverage (MiniLM caption similarity). Figure quality (figure 21) needs a
-vision-capable judge; without one it is reported as not available, never estimated.
-See ``../../../docs/design/analyst.md``."""
+the task's fixed checklist (built once per task: ``checklists.py``; scored with figure 16),
+claim groundedness (figure 17 per report chunk: ``claims.py``, + verification against the
+sources) and figure coverage (MiniLM caption similarity). An episode that writes no report is
+attempted again (``agent.report_attempts``), then scored 0 where a report is scored. Figure
+quality (figure 21) needs a vision-capable judge; without one it is reported as not available,
+never estimated. See ``../../../docs/design/analyst.md``."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engine.benchmarks.analyst import generation, prompts, scoring
+from engine.benchmarks.analyst import claims, generation, prompts, scoring
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_tasks
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.errors import ConfigError
-from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow
+from engine.judges import prompt_version
+from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -31,8 +34,14 @@ def _dir(p: str) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def _tasks(tasks_dir: str) -> dict[str, AnalystTask]:
-    return {t.task_id: t for t in load_tasks(_dir(tasks_dir))}
+def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
+    return {t.task_id: t for t in load_tasks(_dir(tasks_dir), checklists_dir=_dir(checklists_dir) if checklists_dir
+                                             else None)}
+
+
+def attempt_seed(seed: int, attempt: int) -> int:
+    """The sampling seed of an episode's ``attempt`` (1: the episode's own seed)."""
+    return seed + 100_003 * (attempt - 1)
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,15 +63,20 @@ class AnalystBenchmark(BenchmarkBase):
     name = "analyst"
     benchmark_schema = AnalystBenchmarkConfig
     agent_schema = AnalystAgentConfig
-    evaluation_fields = ("n_criteria", "figure_match_threshold", "evidence_k", "max_claims", "judge_max_tokens",
-                         "checklist_max_tokens")
+    evaluation_fields = ("checklists_dir", "n_criteria", "checklist_max_tokens", "checklist_refine_rounds",
+                         "checklist_pass_rating", "figure_match_threshold", "evidence_k", "max_claims",
+                         "judge_max_tokens", "claims_chunk_tokens", "claims_max_tokens")
+    # the scoring prompts (the checklist is not the judge's: it is the task's, keyed by its own id)
+    judge_prompt_version = prompt_version(prompts.CHECKLIST_EVALUATION, prompts.CLAIM_EXTRACTION,
+                                          scoring.CLAIM_VERIFICATION)
     primary_metrics = ("checklist_pct", "hallucination_pct")
     per_task_metric = "checklist_pct"
     episode_fields = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),
         *[pa.field(n, pa.int32()) for n in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",
-                                            "code_failures", "parse_failures")],
+                                            "code_failures", "parse_failures", "attempts")],
         pa.field("figures_written", pa.list_(pa.string())), pa.field("generation_info", pa.string()),
+        pa.field("no_report_reason", pa.string()),     # "" when a report was written
     ]
 
     def validate(self, cfg: Any) -> None:
@@ -74,9 +88,19 @@ class AnalystBenchmark(BenchmarkBase):
         if a.mode == "agentic" and a.setting == "T":
             raise ConfigError("agent.setting: T (no sources) has no files for an agent; use mode=vanilla")
         for key in ("context_tokens", "map_max_tokens", "report_max_tokens", "max_steps", "max_tokens_action",
-                    "max_episode_tokens", "code_memory_mb"):
+                    "max_episode_tokens", "code_memory_mb", "report_attempts"):
             if getattr(a, key) < 1:
                 raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        if a.temperature is not None and not 0.0 <= a.temperature <= 2.0:
+            raise ConfigError(f"agent.temperature: must be in [0, 2] or null, got {a.temperature}")
+        for key in ("n_criteria", "checklist_max_tokens", "judge_max_tokens", "claims_chunk_tokens",
+                    "claims_max_tokens"):
+            if getattr(b, key) < 1:
+                raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
+        if b.checklist_refine_rounds < 0:
+            raise ConfigError("benchmark.checklist_refine_rounds: must be >= 0")
+        if not 1 <= b.checklist_pass_rating <= 5:
+            raise ConfigError("benchmark.checklist_pass_rating: must be in 1-5")
         if a.map_max_tokens + 512 >= a.context_tokens or a.report_max_tokens + 512 >= a.context_tokens:
             raise ConfigError("agent.context_tokens: must leave room for the prompt beyond map/report_max_tokens")
         if not 0.0 <= b.figure_match_threshold <= 1.0:
@@ -86,7 +110,7 @@ class AnalystBenchmark(BenchmarkBase):
 
     def load_tasks(self, cfg: Any) -> list[AnalystTask]:
         b = cfg.benchmark
-        tasks = load_tasks(_dir(b.tasks_dir))
+        tasks = load_tasks(_dir(b.tasks_dir), checklists_dir=_dir(b.checklists_dir) if b.checklists_dir else None)
         if b.task_ids:
             unknown = sorted(set(b.task_ids) - {t.task_id for t in tasks})
             if unknown:
@@ -95,75 +119,96 @@ class AnalystBenchmark(BenchmarkBase):
         return tasks[: b.limit] if b.limit is not None else tasks
 
     async def run_episode(self, task: AnalystTask, ctx: EpisodeContext) -> EpisodeOutcome:
+        """Attempts until a report is written, at most ``agent.report_attempts``: each a fresh run
+        of the pipeline or agent loop (a clean sandbox) with its own seed, its turns recorded in
+        the episode's steps after an ``attempt`` marker step. Counters add up over attempts."""
         a = ctx.agent
         count = token_counter(ctx.model_path or None)
         budget = generation.Budget(a.context_tokens, count)
-        if a.mode == "vanilla":
-            report, info = await generation.vanilla(task, ctx, budget)
-            reason = "finish" if report.strip() else "no_report"
-        else:
-            if ctx.workdir is None:
-                raise RuntimeError("agentic analyst episodes need a working directory (ctx.workdir)")
-            report, info = await generation.agentic(task, ctx, budget, Path(ctx.workdir))
-            reason = info.pop("finish_reason")
-        extras = {"mode": a.mode, "setting": a.setting, "report_tokens": count(report) if report else 0,
-                  "figures_written": info.pop("figures_written", []),
-                  **{k: int(info.get(k, 0)) for k in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",
-                                                       "code_failures", "parse_failures")},
-                  "generation_info": json.dumps(info, sort_keys=True)}
-        return EpisodeOutcome(output=report, finish_reason=reason, extras=extras)
+        if a.mode == "agentic" and ctx.workdir is None:
+            raise RuntimeError("agentic analyst episodes need a working directory (ctx.workdir)")
+        counters = dict.fromkeys(("chunks", "map_calls", "reduce_calls", "steps", "code_runs", "code_failures",
+                                  "parse_failures"), 0)
+        ends: list[str] = []
+        report, info = "", {}
+        for attempt in range(1, a.report_attempts + 1):
+            if attempt > 1:
+                ctx.record(turn="attempt", observation_chars=0, raw_output="",
+                           parsed_action=dumps({"attempt": attempt, "previous": ends[-1]}),
+                           result=f"no report after attempt {attempt - 1} ({ends[-1]}): "
+                                  f"attempt {attempt} of {a.report_attempts}", ok=True)
+            seed = attempt_seed(ctx.seed, attempt)
+            if a.mode == "vanilla":
+                report, info = await generation.vanilla(task, ctx, budget, seed)
+                reason = "finish" if report.strip() else "no_report"
+            else:
+                report, info = await generation.agentic(task, ctx, budget, Path(ctx.workdir), seed)
+                reason = info.pop("finish_reason")
+            ends.append(reason)
+            for k in counters:          # chunks are the sources' (the same each attempt); the rest add up
+                n = int(info.get(k, 0))
+                counters[k] = max(counters[k], n) if k == "chunks" else counters[k] + n
+            if report.strip():
+                break
+        written = bool(report.strip())
+        extras = {"mode": a.mode, "setting": a.setting, "report_tokens": count(report) if written else 0,
+                  "figures_written": info.pop("figures_written", []), **counters, "attempts": len(ends),
+                  "no_report_reason": "" if written else f"no report after {len(ends)} attempt(s): {', '.join(ends)}",
+                  "generation_info": json.dumps({**{k: v for k, v in info.items() if k not in counters},
+                                                 "attempt_ends": ends}, sort_keys=True)}
+        return EpisodeOutcome(output=report if written else "", finish_reason=reason, extras=extras)
 
     # -- judging ------------------------------------------------------------------------------
     def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]:
+        """Round 1: each criterion of the task's checklist (figure 16; keys ``criterion:<checklist
+        id>:NN``) and claim extraction per report chunk (figure 17; ``claims:K``). Round 2: each
+        chunk's first claims (its quota of ``max_claims``) verified (``claim:K:NN``). A task without
+        a checklist gets no criterion requests: checklists are built once per task, before judging
+        (``dateline analyst-checklists``), never by a judge on the fly."""
         report = row["output"] or ""
         if not report.strip():
             return []
         b = row_config(row)
-        task = _tasks(b.tasks_dir)[row["task_id"]]
+        task = _tasks(b.tasks_dir, b.checklists_dir)[row["task_id"]]
         eid, mine = row["episode_id"], judged.get(row["episode_id"], {})
         out: list[JudgeRequest] = []
-        criteria = list(task.checklist)
-        if not criteria:
-            tid = f"task:{task.task_id}"
-            if "checklist" not in judged.get(tid, {}):
-                excl = (f"Excluded content (not derivable from the sources; do not write criteria about it):\n"
-                        f"{task.excluded.strip()}") if task.excluded.strip() else ""
-                text = prompts.CHECKLIST_CREATION.format(instruction=task.instruction, ref_content=task.reference,
-                                                         exclusion_text=excl, n_criteria=b.n_criteria)
-                out.append(JudgeRequest(tid, "checklist", [{"role": "user", "content": text}], b.checklist_max_tokens))
-            elif judged[tid]["checklist"]:
-                criteria = json.loads(judged[tid]["checklist"] or "[]")
-        for i, crit in enumerate(criteria):
-            key = f"criterion:{i:02d}"
+        for i, crit in enumerate(task.checklist):
+            key = f"criterion:{task.checklist_id}:{i:02d}"
             if key not in mine:
                 text = prompts.CHECKLIST_EVALUATION.format(instruction=task.instruction, response=report, criteria=crit)
                 out.append(JudgeRequest(eid, key, [{"role": "user", "content": text}], b.judge_max_tokens))
-        if "claims" not in mine:
-            text = prompts.CLAIM_EXTRACTION.format(task=task.instruction, doc=report)
-            out.append(JudgeRequest(eid, "claims", [{"role": "user", "content": text}], b.judge_max_tokens))
-        elif (stored := scoring.stored_claims(mine["claims"])) is not None:
-            claims = stored[: b.max_claims]
-            todo = [(j, c) for j, c in enumerate(claims) if f"claim:{j:02d}" not in mine]
-            if todo:
-                passages, vecs = _evidence_index(b.tasks_dir, task.task_id)
-                q = _embedder().encode([c for _, c in todo])
-                top = np.argsort(-(q @ vecs.T), axis=1)[:, : b.evidence_k]
-                for (j, claim), idx in zip(todo, top):
-                    evidence = "\n\n---\n\n".join(passages[k] for k in sorted(idx))
-                    text = scoring.CLAIM_VERIFICATION.format(evidence=evidence, claim=claim)
-                    out.append(JudgeRequest(eid, f"claim:{j:02d}", [{"role": "user", "content": text}], 8))
+        chunks = claims.report_chunks(report, b.claims_chunk_tokens)
+        todo: list[tuple[str, str]] = []
+        for k, (chunk, quota) in enumerate(zip(chunks, claims.quotas(len(chunks), b.max_claims))):
+            key = f"claims:{k}"
+            if key not in mine:
+                text = prompts.CLAIM_EXTRACTION.format(task=task.instruction, doc=chunk)
+                out.append(JudgeRequest(eid, key, [{"role": "user", "content": text}], b.claims_max_tokens))
+            elif (stored := scoring.stored_claims(mine[key])) is not None:
+                todo += [(f"claim:{k}:{j:02d}", c) for j, c in enumerate(stored[:quota])
+                         if f"claim:{k}:{j:02d}" not in mine]
+        if todo:
+            passages, vecs = _evidence_index(b.tasks_dir, task.task_id)
+            q = _embedder().encode([c for _, c in todo])
+            top = np.argsort(-(q @ vecs.T), axis=1)[:, : b.evidence_k]
+            for (key, claim), idx in zip(todo, top):
+                evidence = "\n\n---\n\n".join(passages[k] for k in sorted(idx))
+                text = scoring.CLAIM_VERIFICATION.format(evidence=evidence, claim=claim)
+                out.append(JudgeRequest(eid, key, [{"role": "user", "content": text}], 8))
         return out
 
     def parse_judgement(self, key: str, text: str) -> str | None:
+        # also reads keys of runs judged before checklists were fixed per task and claims chunked
+        # ("checklist", "claims", "claim:NN", "criterion:NN"): stored answers are re-read through it
         if key == "checklist":
             items = scoring.parse_checklist(text)
             return json.dumps(items) if items else None
         if key.startswith("criterion:"):
             r = scoring.parse_rating(text)
             return str(r) if r is not None else None
-        if key == "claims":
-            claims = scoring.parse_claims(text)
-            return json.dumps(claims) if claims is not None else None
+        if key == "claims" or key.startswith("claims:"):
+            found = scoring.parse_claims(text)
+            return json.dumps(found) if found is not None else None
         if key.startswith("claim:"):
             v = scoring.parse_verdict(text)
             return None if v is None else ("SUPPORTED" if v else "UNSUPPORTED")

@@ -11,12 +11,20 @@ class AnalystBenchmarkConfig:
     tasks_dir: str = "engine/benchmarks/analyst/sample_tasks"
     limit: int | None = None
     task_ids: list[str] = field(default_factory=list)   # run only these tasks (empty: all)
-    n_criteria: int = 15                 # checklist size when a task has none (figure 15)
+    # Checklists (``checklists.py``): one per task, built once (``dateline analyst-checklists``)
+    # and used by every system and judge. Read from the task folder's checklist.json, else from
+    # ``checklists_dir`` (relative: from the repo root); "" builds into the task folders.
+    checklists_dir: str = ""
+    n_criteria: int = 15                 # criteria asked of the checklist draft (figure 15)
+    checklist_max_tokens: int = 3000     # the draft call
+    checklist_refine_rounds: int = 1     # refine-and-recheck passes against the reference report
+    checklist_pass_rating: int = 5       # the reference must get this (figure 16, 1-5) on a kept criterion
     figure_match_threshold: float = 0.6  # MiniLM caption cosine for figure coverage (the paper gives none)
     evidence_k: int = 4                  # source passages shown to the claim verifier
-    max_claims: int = 40                 # claims verified per report (the first, in report order)
-    judge_max_tokens: int = 768          # per checklist-scoring / claim-extraction call
-    checklist_max_tokens: int = 3000
+    max_claims: int = 40                 # claims verified per report, spread evenly over its chunks
+    judge_max_tokens: int = 768          # per criterion-scoring call (and per checklist refinement)
+    claims_chunk_tokens: int = 1000      # report tokens (estimated) per claim-extraction call
+    claims_max_tokens: int = 2048        # answer budget per claim-extraction call (claims + quotes)
 
 
 @dataclass
@@ -28,7 +36,11 @@ class AnalystAgentConfig:
     report_max_tokens: int = 1536
     preview_rows: int = 10
     full_table_rows: int = 40
-    max_steps: int = 16                  # agentic: turns
+    # Sampling temperature of every generation call of an episode (map, reduce, report, agent
+    # turns): the paper generates at 0.6 (its table 7). null: the model's own (model.temperature).
+    temperature: float | None = 0.6
+    max_steps: int = 16                  # agentic: turns per attempt
+    report_attempts: int = 2             # fresh attempts while no report is written (then scored 0)
     max_episode_tokens: int = 150000     # agentic: prompt + completion tokens over all turns
     max_tokens_action: int = 1024
     guided_json: bool = True             # agentic: actions constrained to the tool schema (vLLM)

@@ -8,14 +8,24 @@
       template.md      optional: the template document R*; else ``template_from`` names another
                        task (a variant of the same family) whose reference report is used
       excluded.md      optional: reference content not derivable from the sources (checklist input)
-      checklist.json   optional: a list of criteria, each "The response should ..." followed by
-                       its five "- N: ..." scoring lines; when absent, one is generated (figure 15)
+      checklist.json   optional: the task's checklist. Either a list of criteria, each "The
+                       response should ..." followed by its five "- N: ..." scoring lines (written
+                       by hand), or what ``dateline analyst-checklists`` builds: an object with
+                       ``criteria`` (the same list), ``generated_by``, ``prompt_version``,
+                       ``created_at`` and ``reference_sha256`` (``checklists.py``)
+      checklist.failed.json  the last failed build (why), when there is no checklist yet
+
+A task without checklist.json may have a built one in a checklist store
+(``benchmark.checklists_dir``): ``<task_id>-<first 12 hex of the reference's sha256>.json``, so
+an edited reference never meets an old checklist. A built checklist whose ``reference_sha256``
+is not the task's reference is an error (delete it to rebuild).
 
 Every error names the file and field.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +48,38 @@ class AnalystTask:
     template: str = ""
     excluded: str = ""
     checklist: tuple[str, ...] = field(default_factory=tuple)
+    checklist_origin: str = ""      # the file it came from, and who built it when
+    checklist_failure: str = ""     # why the last build failed (no checklist)
 
     @property
     def sources_dir(self) -> Path:
         return self.folder / "sources"
+
+    @property
+    def checklist_id(self) -> str:
+        """A short hash of the criteria: criterion judgements are keyed by it, so a rating always
+        belongs to the checklist it was given against."""
+        return checklist_id(self.checklist) if self.checklist else ""
+
+
+def checklist_id(criteria: "tuple[str, ...] | list[str]") -> str:
+    return hashlib.sha256(json.dumps(list(criteria), ensure_ascii=False).encode()).hexdigest()[:8]
+
+
+def reference_sha256(reference: str) -> str:
+    return hashlib.sha256(reference.encode("utf-8")).hexdigest()
+
+
+def checklist_target(folder: Path, task_id: str, reference: str, checklists_dir: Path | None) -> Path:
+    """Where the task's built checklist lives: its folder's checklist.json, or its entry in the
+    checklist store (keyed by task id and reference hash)."""
+    if checklists_dir is None:
+        return folder / "checklist.json"
+    return checklists_dir / f"{task_id}-{reference_sha256(reference)[:12]}.json"
+
+
+def failure_path(target: Path) -> Path:
+    return target.with_name(target.name[: -len(".json")] + ".failed.json")
 
 
 def _read(path: Path, required: bool) -> str:
@@ -58,25 +96,49 @@ def _read(path: Path, required: bool) -> str:
     return text
 
 
-def _checklist(path: Path) -> tuple[str, ...]:
+def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
+    """(criteria, origin) of a checklist file: a hand-written list, or a built object."""
     if not path.exists():
-        return ()
+        return (), ""
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise DataError(path, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    where = ""
+    if isinstance(obj, dict):
+        ref = obj.get("reference_sha256")
+        if ref is not None and ref != reference_sha256(reference):
+            raise DataError(path, None, "reference_sha256", "built for another reference.md than the task's "
+                            "(delete the file to rebuild the checklist)")
+        by = obj.get("generated_by") if isinstance(obj.get("generated_by"), dict) else {}
+        origin = (f"{path}: built by {by.get('judge', '?')} (model {by.get('model', '?')}), "
+                  f"prompts {obj.get('prompt_version', '?')}, {obj.get('created_at', '?')}")
+        items, where = obj.get("criteria"), "criteria"
+    else:
+        items, origin = obj, f"{path}: hand-written"
     if not isinstance(items, list) or not items:
-        raise DataError(path, None, None, "expected a non-empty JSON list of criteria")
+        raise DataError(path, None, where or None, "expected a non-empty JSON list of criteria")
     for i, c in enumerate(items, start=1):
         if not isinstance(c, str) or not c.strip():
-            raise DataError(path, None, f"[{i}]", "expected a non-empty string")
+            raise DataError(path, None, f"{where}[{i}]", "expected a non-empty string")
         levels = [ln.strip()[:4] for ln in c.splitlines()[1:]]
         if levels != ["- 1:", "- 2:", "- 3:", "- 4:", "- 5:"]:
-            raise DataError(path, None, f"[{i}]", 'expected a description line, then "- 1: ..." to "- 5: ..." lines')
-    return tuple(items)
+            raise DataError(path, None, f"{where}[{i}]",
+                            'expected a description line, then "- 1: ..." to "- 5: ..." lines')
+    return tuple(items), origin
 
 
-def load_task(folder: Path) -> AnalystTask:
+def _failure(path: Path) -> str:
+    if not path.exists():
+        return ""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return f"{path}: unreadable"
+    return str(obj.get("reason", "")) if isinstance(obj, dict) else ""
+
+
+def load_task(folder: Path, checklists_dir: Path | None = None) -> AnalystTask:
     meta_path = folder / "task.json"
     try:
         meta = json.loads(_read(meta_path, True))
@@ -91,18 +153,27 @@ def load_task(folder: Path) -> AnalystTask:
         raise DataError(meta_path, None, "task_id", f"{meta['task_id']!r} differs from the folder name {folder.name!r}")
     if not (folder / "sources").is_dir() or not any(p.is_file() for p in (folder / "sources").rglob("*")):
         raise DataError(folder / "sources", None, None, "a task needs a sources/ folder with at least one file")
+    reference = _read(folder / "reference.md", True)
+    checklist, origin = _checklist(folder / "checklist.json", reference)       # the task's own comes first
+    target = checklist_target(folder, meta["task_id"], reference, checklists_dir)
+    if not checklist and checklists_dir is not None:
+        checklist, origin = _checklist(target, reference)
     return AnalystTask(
         task_id=meta["task_id"], instruction=meta["instruction"].strip(), family=str(meta.get("family", meta["task_id"])),
         variant=str(meta.get("variant", "")), domain=str(meta.get("domain", "")), folder=folder,
-        reference=_read(folder / "reference.md", True), toc=_read(folder / "toc.md", False),
+        reference=reference, toc=_read(folder / "toc.md", False),
         template=_read(folder / "template.md", False), excluded=_read(folder / "excluded.md", False),
-        checklist=_checklist(folder / "checklist.json"))
+        checklist=checklist, checklist_origin=origin,
+        checklist_failure="" if checklist else _failure(failure_path(target)))
 
 
-def load_tasks(tasks_dir: Path, limit: int | None = None) -> list[AnalystTask]:
+def load_tasks(tasks_dir: Path, limit: int | None = None, checklists_dir: Path | None = None) -> list[AnalystTask]:
+    """The task folders under ``tasks_dir``; built checklists are also looked up in
+    ``checklists_dir`` (a checklist store) when given."""
     if not tasks_dir.is_dir():
         raise DataError(tasks_dir, None, None, "tasks folder not found")
-    tasks = [load_task(d) for d in sorted(tasks_dir.iterdir()) if d.is_dir() and not d.name.startswith(".")]
+    tasks = [load_task(d, checklists_dir) for d in sorted(tasks_dir.iterdir())
+             if d.is_dir() and not d.name.startswith(".")]
     if not tasks:
         raise DataError(tasks_dir, None, None, "no task folders")
     by_id = {t.task_id: t for t in tasks}

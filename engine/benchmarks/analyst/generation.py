@@ -16,6 +16,11 @@ Markdown report, figures referenced as ``figures/*.png``) and ``finish``. The ep
 finish, at ``agent.max_steps`` or past ``agent.max_episode_tokens`` (prompt + completion
 tokens over all turns). Old tool outputs are elided first when the conversation outgrows the
 window. Without a written report the episode's finish reason says so and its output is empty.
+
+**Sampling.** Every call samples at ``agent.temperature`` (0.6, the paper's generation
+temperature; null falls back to ``model.temperature``) with the attempt's seed (see
+``AnalystBenchmark.run_episode``: an episode without a report is attempted again, up to
+``agent.report_attempts`` times, each attempt with its own seed so it can turn out differently).
 """
 
 from __future__ import annotations
@@ -101,21 +106,24 @@ class Budget:
         return self.context_tokens - self.count(fixed) - max_new - self.margin
 
 
-async def _call(ctx: EpisodeContext, turn: str, prompt: str, max_new: int, **kw: Any) -> str:
+async def _call(ctx: EpisodeContext, turn: str, prompt: str, max_new: int, seed: int, **kw: Any) -> str:
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-    c = await ctx.llm.chat(messages, max_new, seed=ctx.seed, **kw)
+    c = await ctx.llm.chat(messages, max_new, seed=seed, temperature=ctx.agent.temperature, **kw)
     ctx.record(turn=turn, observation_chars=len(prompt), raw_output=c.text, parsed_action="", result=c.finish_reason,
                ok=True, tokens_in=c.prompt_tokens, tokens_out=c.completion_tokens, latency_s=c.latency_s)
     return c.text
 
 
-async def vanilla(task: AnalystTask, ctx: EpisodeContext, budget: Budget) -> tuple[str, dict[str, Any]]:
+async def vanilla(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
+                  seed: int | None = None) -> tuple[str, dict[str, Any]]:
     a = ctx.agent
+    seed = ctx.seed if seed is None else seed
     info: dict[str, Any] = {"chunks": 0, "map_calls": 0, "reduce_calls": 0}
     extra = extras(task, a.setting)
     if a.setting == "T":
         report = await _call(ctx, "report", REPORT_PROMPT.format(instruction=task.instruction, extras=extra,
-                                                                 material="(no source documents)"), a.report_max_tokens)
+                                                                 material="(no source documents)"), a.report_max_tokens,
+                             seed)
         return report, info
     srcs = source_texts(task.sources_dir, a.preview_rows, a.full_table_rows)
     frame = REPORT_PROMPT.format(instruction=task.instruction, extras=extra, material="")
@@ -123,13 +131,13 @@ async def vanilla(task: AnalystTask, ctx: EpisodeContext, budget: Budget) -> tup
     whole = chunk_sources(srcs, max(room, 1), budget.count) if room > 64 else []
     if len(whole) == 1:                       # everything fits: one call, no map step
         info["chunks"] = 1
-        return await _call(ctx, "report", frame + whole[0], a.report_max_tokens), info
+        return await _call(ctx, "report", frame + whole[0], a.report_max_tokens, seed), info
     map_frame = MAP_PROMPT.format(instruction=task.instruction, chunk="")
     chunks = chunk_sources(srcs, budget.room(map_frame, a.map_max_tokens), budget.count)
     info["chunks"] = len(chunks)
     notes = []
     for ch in chunks:
-        notes.append(await _call(ctx, "map", map_frame + ch, a.map_max_tokens))
+        notes.append(await _call(ctx, "map", map_frame + ch, a.map_max_tokens, seed))
         info["map_calls"] += 1
     notes = [n for n in notes if "nothing relevant" not in n.lower()[:40]] or notes
     joined = "\n\n".join(notes)
@@ -138,13 +146,13 @@ async def vanilla(task: AnalystTask, ctx: EpisodeContext, budget: Budget) -> tup
         groups = chunk_text(joined, budget.room(red_frame, a.map_max_tokens), budget.count)
         if len(groups) >= len(notes):          # no progress possible: cut, and say so in the record
             break
-        notes = [await _call(ctx, "reduce", red_frame + g, a.map_max_tokens) for g in groups]
+        notes = [await _call(ctx, "reduce", red_frame + g, a.map_max_tokens, seed) for g in groups]
         info["reduce_calls"] += len(groups)
         joined = "\n\n".join(notes)
     if budget.count(joined) > room:
         joined = chunk_text(joined, max(room, 1), budget.count)[0]
         info["notes_cut"] = True
-    report = await _call(ctx, "report", frame + joined, a.report_max_tokens)
+    report = await _call(ctx, "report", frame + joined, a.report_max_tokens, seed)
     return report, info
 
 
@@ -201,8 +209,9 @@ def _fit(messages: list[dict[str, str]], budget: Budget, max_new: int) -> None:
 
 
 async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
-                  workdir: Path) -> tuple[str, dict[str, Any]]:
+                  workdir: Path, seed: int | None = None) -> tuple[str, dict[str, Any]]:
     a = ctx.agent
+    seed = ctx.seed if seed is None else seed
     if workdir.exists():
         shutil.rmtree(workdir)       # a retried episode starts clean
     box = Sandbox(workdir, Limits(timeout_s=a.code_timeout_s, memory_mb=a.code_memory_mb))
@@ -220,7 +229,7 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
         info["steps"] += 1
         _fit(messages, budget, a.max_tokens_action)
         try:
-            c = await ctx.llm.chat(messages, a.max_tokens_action, seed=ctx.seed,
+            c = await ctx.llm.chat(messages, a.max_tokens_action, seed=seed, temperature=a.temperature,
                                    json_schema=AGENT_SCHEMA if a.guided_json else None)
         except RequestRejected as e:
             ctx.record(turn="action", observation_chars=0, raw_output="", parsed_action="",

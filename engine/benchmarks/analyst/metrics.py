@@ -6,16 +6,30 @@ hallucination % (``scoring.hallucination_rate``), visual coverage % (reference f
 by a generated caption at MiniLM cosine >= ``figure_match_threshold``). Visual quality needs a
 vision judge (figure 21); none is configured in this release, so it is not reported and the
 table says so. Shares of finish reasons and of reports never written are reported too.
+
+**No report** (after ``agent.report_attempts`` attempts) is a failure of the system, so it is
+never dropped from a mean: its checklist % is 0 (when its task has a checklist at all: a task
+without one gives no system a checklist score) and its visual coverage % is 0 (when the
+reference has figures). Hallucination % stays a rate over the claims of reports that exist: a
+missing report makes no claims, and 0 % would reward writing nothing while 100 % would call a
+failure a fabrication; the ``no_report`` count stands next to it (and the failure is already
+scored in checklist and coverage).
+
+**Missing checklist scores** are counted by reason, never silently dropped: ``no_checklist``
+(the task has no checklist file: build it with ``dateline analyst-checklists``),
+``checklist_build_failed`` (the last build failed; the task's ``checklist.failed.json`` says
+why), ``unscored`` (every criterion's judgement malformed or not made yet).
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Callable
 
 import numpy as np
 
+from engine.benchmarks.analyst import claims as claim_chunks
 from engine.benchmarks.analyst import scoring
 from engine.benchmarks.analyst.config import row_config
 from engine.protocol import MetricRow
@@ -25,39 +39,72 @@ def _mean(xs: list[float]) -> tuple[float, int]:
     return (float(np.mean(xs)) if xs else float("nan")), len(xs)
 
 
-def episode_scores(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]], embedder: Callable[[], Any]) -> dict[str, Any]:
+def claim_verdicts(j: dict[str, str | None], report: str, b: Any) -> tuple[int | None, list[bool | None], int]:
+    """(claims extracted or None when none could be, verdicts of the claims meant to be verified
+    (None: malformed or not made yet), chunks whose extraction failed or is missing)."""
+    chunks = claim_chunks.report_chunks(report, b.claims_chunk_tokens)
+    if not any(k.startswith("claims:") for k in j) and "claims" in j:     # judged before chunking
+        stored = scoring.stored_claims(j["claims"])
+        if stored is None:
+            return None, [], 1
+        verdicts = [j.get(f"claim:{i:02d}") for i in range(min(len(stored), b.max_claims))]
+        return len(stored), [None if v is None else v == "SUPPORTED" for v in verdicts], 0
+    total, verdicts, failed = 0, [], 0
+    for k, quota in enumerate(claim_chunks.quotas(len(chunks), b.max_claims)):
+        stored = scoring.stored_claims(j.get(f"claims:{k}"))
+        if stored is None:          # a placeholder answer (valid_claims) verifies nothing real
+            failed += 1
+            continue
+        total += len(stored)
+        verdicts += [None if (v := j.get(f"claim:{k}:{i:02d}")) is None else v == "SUPPORTED"
+                     for i in range(min(len(stored), quota))]
+    return (total if failed < len(chunks) else None), verdicts, failed
+
+
+def episode_scores(row: dict[str, Any], tasks: Callable[..., dict[str, Any]],
+                   embedder: Callable[[], Any]) -> dict[str, Any]:
     j = row.get("judgements") or {}
-    ratings = [int(v) if v else None for k, v in sorted(j.items()) if k.startswith("criterion:")]
-    check = scoring.checklist_score(ratings) if ratings else None
-    claims = scoring.stored_claims(j.get("claims"))
-    # verdicts only for claims that are valid (a stored placeholder answer verified nothing real)
-    verdicts = ([None if v is None else v == "SUPPORTED" for k, v in sorted(j.items()) if k.startswith("claim:")]
-                if claims is not None else [])
-    halluc = scoring.hallucination_rate(verdicts) if verdicts else None
-    out: dict[str, Any] = {"checklist": check.percent if check else None,
-                           "criteria_unscored": check.unscored if check else 0,
-                           "hallucination": halluc.percent if halluc else None,
-                           "claims": len(claims) if claims is not None else None,
-                           "claims_unverified": halluc.unverified if halluc else 0}
     b = row_config(row)
-    task = tasks(b.tasks_dir).get(row["task_id"])
+    task = tasks(b.tasks_dir, b.checklists_dir).get(row["task_id"])
+    report = row["output"] or ""
+    written = bool(report.strip())
+    out: dict[str, Any] = {"checklist": None, "criteria_unscored": 0, "checklist_missing": "",
+                           "hallucination": None, "claims": None, "claims_unverified": 0, "claim_chunks_failed": 0}
+    if task is None or not task.checklist:
+        out["checklist_missing"] = "checklist_build_failed" if task is not None and task.checklist_failure \
+            else "no_checklist"
+    elif not written:
+        out["checklist"] = 0.0
+    else:
+        ratings = [j.get(f"criterion:{task.checklist_id}:{i:02d}") for i in range(len(task.checklist))]
+        check = scoring.checklist_score([int(v) if v else None for v in ratings])
+        out.update(checklist=check.percent, criteria_unscored=check.unscored,
+                   checklist_missing="" if check.percent is not None else "unscored")
+    if written:
+        n_claims, verdicts, failed = claim_verdicts(j, report, b)
+        halluc = scoring.hallucination_rate(verdicts) if verdicts else None
+        out.update(hallucination=halluc.percent if halluc else None, claims=n_claims,
+                   claims_unverified=halluc.unverified if halluc else 0, claim_chunks_failed=failed)
     ref = [f.caption for f in scoring.figures(task.reference) if f.caption] if task else []
-    gen = [f.caption for f in scoring.figures(row["output"] or "") if f.caption]
+    gen = [f.caption for f in scoring.figures(report) if f.caption]
     if ref:
         sim = (embedder().encode(ref) @ embedder().encode(gen).T) if gen else np.zeros((len(ref), 0))
-        out["coverage"] = scoring.coverage(sim, b.figure_match_threshold)[0]
+        out["coverage"] = scoring.coverage(sim, b.figure_match_threshold)[0]     # no report: 0 %
     else:
         out["coverage"] = None
     out["figures"] = len(gen)
     return out
 
 
-def episode_values(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]],
+def episode_values(row: dict[str, Any], tasks: Callable[..., dict[str, Any]],
                    embedder: Callable[[], Any]) -> dict[str, float]:
     """Per-episode values whose means are the metrics of :func:`aggregate`."""
     if row["status"] != "ok":
         return {}
-    s = episode_scores(row, tasks, embedder)
+    return _values(row, episode_scores(row, tasks, embedder))
+
+
+def _values(row: dict[str, Any], s: dict[str, Any]) -> dict[str, float]:
     written = bool((row["output"] or "").strip())
     out: dict[str, float] = {"report_written": float(written)}
     if written:
@@ -67,31 +114,37 @@ def episode_values(row: dict[str, Any], tasks: Callable[[str], dict[str, Any]],
         if s[key] is not None:
             out[name] = float(s[key])
     out |= {"figures_per_report": float(s["figures"]), "criteria_unscored": float(s["criteria_unscored"]),
-            "claims_unverified": float(s["claims_unverified"]), "steps": float(row["steps"]),
-            "code_runs": float(row["code_runs"]), "tokens_in_mean": float(row["tokens_in"]),
-            "tokens_out_mean": float(row["tokens_out"])}
+            "claims_unverified": float(s["claims_unverified"]),
+            "claim_chunks_failed": float(s["claim_chunks_failed"]), "steps": float(row["steps"]),
+            "report_attempts": float(row.get("attempts") or 1), "code_runs": float(row["code_runs"]),
+            "tokens_in_mean": float(row["tokens_in"]), "tokens_out_mean": float(row["tokens_out"])}
     return out
 
 
 METRIC_ORDER = ("report_written", "length_tokens", "checklist_pct", "hallucination_pct", "visual_coverage_pct",
-                "claims_per_report", "figures_per_report", "criteria_unscored", "claims_unverified", "steps",
-                "code_runs", "tokens_in_mean", "tokens_out_mean")
+                "claims_per_report", "figures_per_report", "criteria_unscored", "claims_unverified",
+                "claim_chunks_failed", "steps", "report_attempts", "code_runs", "tokens_in_mean", "tokens_out_mean")
 
 
-def aggregate(rows: list[dict[str, Any]], tasks: Callable[[str], dict[str, Any]],
+def aggregate(rows: list[dict[str, Any]], tasks: Callable[..., dict[str, Any]],
               embedder: Callable[[], Any]) -> list[MetricRow]:
     """Means of :func:`episode_values` over finished episodes (each over the episodes that have
-    the value), and the shares of finish reasons."""
+    the value), counts of reports never written (``no_report``) and of missing checklist scores
+    by reason (``checklist_missing_<reason>``), and the shares of finish reasons."""
     rows = [r for r in rows if r["status"] == "ok"]
     if not rows:
         return []
     n = len(rows)
-    values = [episode_values(r, tasks, embedder) for r in rows]
+    scores = [episode_scores(r, tasks, embedder) for r in rows]
+    values = [_values(r, s) for r, s in zip(rows, scores)]
     out = [MetricRow("episodes", float(n), n)]
     for name in METRIC_ORDER:
         value, k = _mean([v[name] for v in values if name in v])
         if k:
             out.append(MetricRow(name, value, k))
+    out.append(MetricRow("no_report", float(sum(not (r["output"] or "").strip() for r in rows)), n))
+    missing = Counter(s["checklist_missing"] for s in scores)
+    out += [MetricRow(f"checklist_missing_{why}", float(c), n) for why, c in sorted(missing.items()) if why]
     reasons = [r["finish_reason"] for r in rows]
     out += [MetricRow(f"finish_{f}", reasons.count(f) / n, n) for f in sorted(set(reasons))]
     return out

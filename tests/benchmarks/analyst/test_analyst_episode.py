@@ -12,6 +12,7 @@ import pytest
 
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
+from engine.benchmarks.analyst.data import checklist_id, reference_sha256
 from engine.benchmarks.analyst.sources import ByteCounter
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
@@ -29,12 +30,12 @@ class Cfg:
 TASKS = {t.task_id: t for t in BENCH.load_tasks(Cfg)}
 
 
-def run(task_ids, agent, responder, tmp_path, context_cap=None):
+def run(task_ids, agent, responder, tmp_path, context_cap=None, bench=None):
     async def go():
         with FakeOpenAI(responder) as srv:
             setup = WorkerSetup("analyst", "fake", agent, dumps(to_plain(agent)), [Endpoint(srv.base_url, "fake")],
                                 SamplingParams(max_retries=0, timeout_s=20), 8, 5, None,
-                                data_json=dumps(to_plain(AnalystBenchmarkConfig())),
+                                data_json=dumps(to_plain(bench or AnalystBenchmarkConfig())),
                                 artifacts_dir=str(tmp_path / "artifacts"))
             runner = EpisodeRunner(setup, None)
             out = await asyncio.gather(*(runner.run(EpisodeSpec(f"{i:016x}", "h", TASKS[t], t, 0))
@@ -119,39 +120,44 @@ def test_agentic_tool_loop(tmp_path):
 
 
 def test_agentic_caps_and_missing_report(tmp_path):
-    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_steps=3),
+    one = dict(mode="agentic", report_attempts=1)
+    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(**one, max_steps=3),
                        lambda m, r: '{"tool": "list_files"}', tmp_path)
     assert res["episode"]["finish_reason"] == "step_cap" and res["episode"]["output"] == "" and len(reqs) == 3
-    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_episode_tokens=50),
+    (res,), reqs = run(["crashes-2023"], AnalystAgentConfig(**one, max_episode_tokens=50),
                        lambda m, r: '{"tool": "list_files"}', tmp_path)
     assert res["episode"]["finish_reason"] == "token_cap" and len(reqs) == 1
-    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(mode="agentic"), lambda m, r: '{"tool": "finish"}', tmp_path)
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(**one), lambda m, r: '{"tool": "finish"}', tmp_path)
     assert res["episode"]["finish_reason"] == "no_report"
-    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(mode="agentic", max_steps=2), lambda m, r: "not json", tmp_path)
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(**one, max_steps=2), lambda m, r: "not json", tmp_path)
     assert res["episode"]["parse_failures"] == 2
 
 
 def test_judge_rounds_and_metrics(tmp_path, embedder):
-    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(), lambda m, r: REPORT, tmp_path)
+    # crashes-2023 ships no checklist: a built one in a checklist store (as analyst-checklists writes it)
+    store = tmp_path / "checklists"
+    store.mkdir()
+    criteria = ["The response should state fact %d.\n" % i + "\n".join(f"- {s}: x" for s in range(1, 6)) for i in range(3)]
+    ref = TASKS["crashes-2023"].reference
+    (store / f"crashes-2023-{reference_sha256(ref)[:12]}.json").write_text(json.dumps(
+        {"criteria": criteria, "generated_by": {"judge": "j", "model": "m"}, "reference_sha256": reference_sha256(ref)}))
+    bench = AnalystBenchmarkConfig(checklists_dir=str(store))
+    (res,), _ = run(["crashes-2023"], AnalystAgentConfig(), lambda m, r: REPORT, tmp_path, bench=bench)
     row = res["episode"]
-    judged: dict = {}
-    round1 = BENCH.judge_requests(row, judged)
-    assert sorted(r.key for r in round1) == ["checklist", "claims"]
-    assert {r.episode_id for r in round1} == {"task:crashes-2023", row["episode_id"]}
-    assert "Excluded content" in round1[0].messages[0]["content"] or "Excluded content" in round1[1].messages[0]["content"]
-    checklist_text = "\n".join(f"- The response should state fact {i}.\n" + "\n".join(f" - {s}: x" for s in range(1, 6))
-                               for i in range(3))
-    judged = {"task:crashes-2023": {"checklist": BENCH.parse_judgement("checklist", checklist_text)},
-              row["episode_id"]: {"claims": BENCH.parse_judgement(
-                  "claims", '{"The city recorded 2,767 crashes in 2023": "2,767 crashes", "Crashes fell": "x"}')}}
+    cid = checklist_id(criteria)
+    round1 = BENCH.judge_requests(row, {})
+    assert sorted(r.key for r in round1) == ["claims:0", *[f"criterion:{cid}:{i:02d}" for i in range(3)]]
+    assert {r.episode_id for r in round1} == {row["episode_id"]}          # nothing task-level: the rubric is fixed
+    judged = {row["episode_id"]: {"claims:0": BENCH.parse_judgement(
+        "claims:0", '{"The city recorded 2,767 crashes in 2023": "2,767 crashes", "Crashes fell": "x"}')}}
     round2 = BENCH.judge_requests(row, judged)
     keys = sorted(r.key for r in round2)
-    assert keys == ["claim:00", "claim:01", "criterion:00", "criterion:01", "criterion:02"]
-    verify = next(r for r in round2 if r.key == "claim:00").messages[0]["content"]
+    assert keys == ["claim:0:00", "claim:0:01", *[f"criterion:{cid}:{i:02d}" for i in range(3)]]
+    verify = next(r for r in round2 if r.key == "claim:0:00").messages[0]["content"]
     assert "crashes_2023.csv" in verify and "SUPPORTED or UNSUPPORTED" in verify
     mine = judged[row["episode_id"]]
-    mine.update({"criterion:00": "5", "criterion:01": "3", "criterion:02": None,
-                 "claim:00": "SUPPORTED", "claim:01": "UNSUPPORTED"})
+    mine.update({f"criterion:{cid}:00": "5", f"criterion:{cid}:01": "3", f"criterion:{cid}:02": None,
+                 "claim:0:00": "SUPPORTED", "claim:0:01": "UNSUPPORTED"})
     assert BENCH.judge_requests(row, judged) == []
     row["judgements"] = mine
     m = {x.metric: x for x in BENCH.metrics([row])}
@@ -159,16 +165,25 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     assert m["hallucination_pct"].value == 50.0
     # the reference has two figures; the report's one caption matches the monthly chart only
     assert m["visual_coverage_pct"].value == 50.0
+    assert m["no_report"].value == 0.0 and m["report_attempts"].value == 1.0
+    # ratings given against another checklist (another judge's rubric, or an old run's) do not count
+    other = dict(row, judgements={"criterion:00": "5", "criterion:deadbeef:00": "5", **{
+        k: v for k, v in mine.items() if not k.startswith("criterion:")}})
+    mo = {x.metric: x for x in BENCH.metrics([other])}
+    assert "checklist_pct" not in mo and mo["checklist_missing_unscored"].value == 1.0
     # a claims answer that copied the prompt's example keys (stored before the parser rejected it)
     # is read as invalid: nothing to verify, no hallucination rate from it
-    bad = dict(row, judgements={"claims": '{"Atomic claim 1 here": "2,767 crashes"}', "claim:00": "UNSUPPORTED"})
+    bad = dict(row, judgements={"claims:0": '{"Atomic claim 1 here": "2,767 crashes"}', "claim:0:00": "UNSUPPORTED"})
     assert "hallucination_pct" not in {x.metric for x in BENCH.metrics([bad])}
     assert not [r for r in BENCH.judge_requests(bad, {row["episode_id"]: bad["judgements"]}) if r.key.startswith("claim:")]
+    # a run judged before claims were chunked (one "claims" key, "claim:NN" verdicts) still reads
+    legacy = dict(row, judgements={"claims": mine["claims:0"], "claim:00": "UNSUPPORTED", "claim:01": "UNSUPPORTED"})
+    assert {x.metric: x for x in BENCH.metrics([legacy])}["hallucination_pct"].value == 100.0
     # the report's intervals resample these per-episode values: their means are the metrics
     (vals,) = BENCH.episode_values([row])
     assert vals and all(m[k].value == pytest.approx(v) for k, v in vals.items())
-    assert BENCH.parse_judgement("criterion:00", "therefore, the rating is: 4") == "4"
-    assert BENCH.parse_judgement("claim:00", "maybe") is None
+    assert BENCH.parse_judgement(f"criterion:{cid}:00", "therefore, the rating is: 4") == "4"
+    assert BENCH.parse_judgement("claim:0:00", "maybe") is None
     t = BENCH.tables([{"benchmark": "analyst", "model": "fake", "config_hash": "h", "agent": row["agent"],
                        "data": row["data"], "metric": x.metric, "value": x.value, "n": x.n} for x in m.values()])
     assert "| fake | Vanilla (map-reduce) | T+S+ToC |" in t["table3"] and "n/a (no vision judge)" in t["table3"]
