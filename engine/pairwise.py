@@ -95,6 +95,23 @@ def outcome(c: Mapping[str, Any], verdict: str | None, dimension: str | None = N
     return Outcome(c["task_id"], c["system_a"], c["system_b"], "a" if winner_id == c["system_a"] else "b")
 
 
+def pair_outcomes(rows: Iterable[Mapping[str, Any]], verdicts: Mapping[str, str | None]) -> list[Outcome]:
+    """One outcome per (task, pair): a pair judged in both orders gives two verdicts that are not
+    independent (same task, same two articles), so they are combined first: each verdict scores
+    +1 for the side it picks (0 for a tie) and the sign of the sum decides. Two verdicts that
+    disagree are a tie; a win and a tie lean to the win. A pair judged once keeps its verdict;
+    failed verdicts do not count.
+    Tests that assume independent outcomes (the sign test) take these, not the raw verdicts."""
+    score: dict[tuple[str, str, str], int] = {}
+    for c in rows:
+        o = outcome(c, verdicts.get(c["comparison_id"]))
+        if o is None:
+            continue
+        k = (o.task_id, o.a, o.b)
+        score[k] = score.get(k, 0) + (0 if o.winner is None else 1 if o.winner == "a" else -1)
+    return [Outcome(t, a, b, None if s == 0 else "a" if s > 0 else "b") for (t, a, b), s in sorted(score.items())]
+
+
 def position_bias(rows: Iterable[Mapping[str, Any]], verdicts: Mapping[str, str | None]) -> dict[str, float]:
     """From comparisons judged in both orders: how often the verdict followed the position
     (same side both times) vs the article (consistent), and the share of all verdicts that

@@ -14,10 +14,11 @@ A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an objec
 and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of them:
 
 * ``services(cfg)``: benchmark-specific Ray actors episodes talk to (livenews's offline web),
-* ``judge_requests(row, judged)`` / ``parse_judgement(key, text)``: the judge stage that runs
+* ``judge_requests(row, judged)`` / ``parse_judgement(key, text)`` / ``judge_prompt_version``:
+  the judge stage that runs
   after generation, batched over all episodes, in rounds: ``judged`` maps every episode id (and
   task-level ids such as ``task:<id>``) to the judgements made so far, so a request may depend
-  on an earlier round's answer (analyst scores a checklist generated in round one),
+  on an earlier round's answer (analyst verifies the claims extracted in round one),
 * ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table,
 * ``episode_values(rows)``: per-episode values behind the mean-type metrics, which the report
   resamples by task for confidence intervals,
@@ -141,6 +142,7 @@ class PairwiseSpec:
     parse: Callable[[str, str], str | None]                       # (protocol, text) -> verdict
     json_schema: Callable[[str], dict[str, Any]]                  # protocol -> output schema
     reference: Callable[[Any], str]                               # task -> reference text or ""
+    prompt_version: str = ""                                      # part of the judge identity
 
 
 class Benchmark(Protocol):
@@ -168,6 +170,9 @@ class BenchmarkBase:
     # What the report draws (ray_jobs/report.py): metrics compared between configurations with
     # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
     # metric shown task by task.
+    # Version of the judge prompts (engine.judges.prompt_version over their text): part of the
+    # judge identity, so judgements made under another prompt are never mixed with these.
+    judge_prompt_version: str = ""
     primary_metrics: tuple[str, ...] = ()
     curve: tuple[str, str] | None = None
     per_task_metric: str | None = None

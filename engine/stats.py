@@ -236,6 +236,19 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2.0 * tail)
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (family-wise error control over the whole family, e.g.
+    every pair's sign test in one table). NaN entries (no test) stay NaN and do not count."""
+    idx = [i for i, p in enumerate(p_values) if not math.isnan(p)]
+    m = len(idx)
+    out = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))     # step-down, kept monotone
+        out[i] = running
+    return out
+
+
 # -- agreement with humans ------------------------------------------------------------------------
 def agreement(judge: Mapping[Hashable, str], human: Mapping[Hashable, str | None],
               task_of: Callable[[Hashable], str] | None = None, n_boot: int = DEFAULT_BOOT,

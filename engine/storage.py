@@ -27,7 +27,7 @@ import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -75,14 +75,20 @@ STEP_SCHEMA = pa.schema([
 
 METRIC_SCHEMA = pa.schema([
     pa.field("benchmark", pa.string()), pa.field("model", pa.string()), pa.field("config_hash", pa.string()),
-    pa.field("agent", pa.string()), pa.field("data", pa.string()), pa.field("metric", pa.string()),
-    pa.field("value", pa.float64()), pa.field("n", pa.int64()),
+    pa.field("agent", pa.string()), pa.field("data", pa.string()),
+    pa.field("judge", pa.string()),          # judge identity behind the judged metrics ("" when nothing was judged)
+    pa.field("judge_model", pa.string()),
+    pa.field("self_judged", pa.bool_()),     # the model under test judged its own outputs
+    pa.field("metric", pa.string()), pa.field("value", pa.float64()), pa.field("n", pa.int64()),
 ])
 
 JUDGEMENT_SCHEMA = pa.schema([
     pa.field("episode_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
-    pa.field("judge", pa.string()),          # judge identity (model, sampling, prompt version)
+    pa.field("judge", pa.string()),          # judge identity id (hashes model, endpoint, sampling, prompt version)
+    pa.field("judge_model", pa.string()),    # the judging model's name
+    pa.field("judge_kind", pa.string()),     # hosted | openai_compatible
+    pa.field("judge_prompt", pa.string()),   # version of the benchmark's judge prompts (a hash of their text)
     pa.field("key", pa.string()),            # which judgement of the episode (e.g. "grade")
     pa.field("value", pa.string()),          # parsed value; null when every attempt was malformed
     pa.field("ok", pa.bool_()),
@@ -109,6 +115,14 @@ COMPARISON_SCHEMA = pa.schema([
     pa.field("first_sha", pa.string()),      # hashes of the two texts judged
     pa.field("second_sha", pa.string()),
 ])
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` in ``schema``'s column order and types; columns it was written without are nulls."""
+    for name in schema.names:
+        if name not in t.column_names:
+            t = t.append_column(schema.field(name), pa.nulls(t.num_rows, schema.field(name).type))
+    return t.select(schema.names).cast(schema)
 
 
 def episode_schema(extra: Iterable[pa.Field]) -> pa.Schema:
@@ -164,6 +178,40 @@ class _ShardedDir:
             out.setdefault(eid, {})[key] = value
         return out
 
+    def judgements_by_judge(self, parse: Callable[[str, str], str | None] | None = None
+                            ) -> dict[str, dict[str, dict[str, str | None]]]:
+        """``{judge id: {episode_id: {key: value}}}``, every judge kept apart (same precedence as
+        :meth:`judgements`). With ``parse(key, raw_output)``, an ok row's value is re-read from its
+        raw output through the current parser, so a parser fix applies to stored judgements: an
+        answer the parser now rejects counts as malformed (None)."""
+        rows = self._read("judgements", JUDGEMENT_SCHEMA).select(
+            ["episode_id", "judge", "key", "value", "ok", "batch_id", "raw_output"]).to_pylist()
+        best: dict[tuple[str, str, str], tuple[tuple[int, str], dict[str, Any]]] = {}
+        for r in rows:
+            k = (r["judge"] or "", r["episode_id"], r["key"])
+            rank = (1 if r["ok"] else 0, r["batch_id"])
+            if k not in best or rank > best[k][0]:
+                best[k] = (rank, r)
+        out: dict[str, dict[str, dict[str, str | None]]] = {}
+        for (judge, eid, key), (_, r) in best.items():
+            value = r["value"] if r["ok"] else None
+            if value is not None and parse is not None:
+                value = parse(key, r["raw_output"] or "")
+            out.setdefault(judge, {}).setdefault(eid, {})[key] = value
+        return out
+
+    def judges(self) -> dict[str, dict[str, str]]:
+        """``{judge id: {"model", "kind", "prompt"}}`` for every judge with rows here. Rows written
+        before the identity columns existed give the model from the id ("<model>:<hash>")."""
+        out: dict[str, dict[str, str]] = {}
+        cols = ["judge", "judge_model", "judge_kind", "judge_prompt"]
+        for r in self._read("judgements", JUDGEMENT_SCHEMA).select(cols).to_pylist():
+            jid = r["judge"] or ""
+            if jid not in out or not out[jid]["kind"]:
+                out[jid] = {"model": r["judge_model"] or jid.rsplit(":", 1)[0], "kind": r["judge_kind"] or "",
+                            "prompt": r["judge_prompt"] or ""}
+        return out
+
     def judgement_rows(self) -> list[dict[str, Any]]:
         """Every judgement row ever written (all attempts' summaries, all judges), for accounting."""
         return self._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
@@ -186,14 +234,7 @@ class _ShardedDir:
         files = sorted((self.root / sub).glob("part-*.parquet"))
         if not files:
             return schema.empty_table()
-        tables = []
-        for f in files:
-            t = pq.read_table(f)
-            for name in schema.names:           # shards written before a column existed: nulls
-                if name not in t.column_names:
-                    t = t.append_column(schema.field(name), pa.nulls(t.num_rows, schema.field(name).type))
-            tables.append(t.select(schema.names).cast(schema))
-        return pa.concat_tables(tables)
+        return pa.concat_tables([_conform(pq.read_table(f), schema) for f in files])
 
 
 class EpisodeStore(_ShardedDir):
@@ -253,7 +294,7 @@ class EpisodeStore(_ShardedDir):
 
     def metrics(self) -> pa.Table:
         path = self.root / "metrics" / "metrics.parquet"
-        return pq.read_table(path, schema=METRIC_SCHEMA) if path.exists() else METRIC_SCHEMA.empty_table()
+        return _conform(pq.read_table(path), METRIC_SCHEMA) if path.exists() else METRIC_SCHEMA.empty_table()
 
     def finished_ids(self) -> set[str]:
         """Ids of episodes that need no re-run (status ok)."""
@@ -298,6 +339,8 @@ def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:
 
 
 def metric_rows(benchmark: str, model: str, config_hash: str, agent: str, data: str,
-                rows: list[MetricRow]) -> list[dict[str, Any]]:
+                rows: list[MetricRow], judge: str = "", judge_model: str = "",
+                self_judged: bool = False) -> list[dict[str, Any]]:
     return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent, "data": data,
+             "judge": judge, "judge_model": judge_model, "self_judged": self_judged,
              "metric": m.metric, "value": m.value, "n": m.n} for m in rows]

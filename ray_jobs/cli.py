@@ -1,19 +1,26 @@
 """``dateline`` command: ``run`` and ``pairwise`` (Hydra overrides follow), ``report``, ``metrics``,
-``tables``, ``convert-realtimeqa``."""
+``tables``, ``convert-realtimeqa``, ``analyst-checklists`` (Hydra overrides follow)."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 USAGE = """usage:
   dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
-  dateline metrics RUN_DIR BENCHMARK        recompute the metrics table from a run's Parquet
-  dateline tables RUN_DIR [BENCHMARK]       the benchmark's paper-layout tables (Markdown) from its metrics
+  dateline metrics RUN_DIR BENCHMARK [judge=J]
+                                            recompute the metrics table from a run's Parquet, one set
+                                            per judge (judge=J keeps one: id, id prefix or model name)
+  dateline tables RUN_DIR [BENCHMARK]       the benchmark's paper-layout tables (Markdown) from its
+                                            metrics, one set per judge
   dateline pairwise [hydra overrides ...]   judge finished runs two at a time (conf/pairwise.yaml),
                                             e.g. runs=[runs/a,runs/b] out=runs/pairwise both_orders=true
   dateline report PATH... [--out DIR]       HTML + Markdown report (intervals, plots, cost) of run
                                             and pairwise directories; --help for options
   dateline convert-realtimeqa SRC OUT       RealTimeQA dumps -> newsagent dataset folder
+  dateline analyst-checklists [hydra overrides ...]
+                                            build the missing analyst checklists (one per task, fixed
+                                            for every system and judge) with the configured judge
 """
 
 
@@ -34,15 +41,22 @@ def main(argv: list[str] | None = None) -> int:
         from engine.storage import EpisodeStore
         from ray_jobs.run import reduce_metrics
 
-        if len(rest) != 2:
+        judge = [x[6:] for x in rest[2:] if x.startswith("judge=")]
+        if len(rest) != 2 + len(judge) or len(judge) > 1:
             sys.stderr.write(USAGE)
             return 2
         store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
+        from engine.judges import SELF_JUDGED
         from engine.progress import table
 
-        rows = reduce_metrics(store, rest[1])
-        sys.stdout.write(table(["model", "config", "metric", "value", "n"],
-                               [(r["model"], r["config_hash"], r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
+        rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
+        sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n"],
+                               [(r["model"], r["config_hash"], (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"]
+                                                                                     else ""),
+                                 r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
+        if any(r["self_judged"] for r in rows):
+            sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
+                             "test; they are not measurements of quality.\n")
         return 0
     if cmd == "pairwise":
         from ray_jobs.pairwise import hydra_entry as pairwise_entry
@@ -59,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(USAGE)
             return 2
         return tables(rest[0], rest[1] if len(rest) == 2 else None)
+    if cmd == "analyst-checklists":
+        from ray_jobs.configs import hydra_main
+
+        given = {a.split("=", 1)[0].lstrip("+~") for a in rest if "=" in a}
+        sys.argv = [sys.argv[0], *[f"{g}=analyst" for g in ("benchmark", "agent") if g not in given], *rest]
+        hydra_main("config", analyst_checklists)
+        return 0
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 
@@ -69,12 +90,48 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def analyst_checklists(cfg: Any, session: Any) -> None:
+    """Build every missing checklist of the configured analyst tasks with the configured judge
+    (the logic: engine/benchmarks/analyst/checklists.py), and say per task what happened."""
+    from engine.benchmarks import get_benchmark
+    from engine.benchmarks.analyst import checklists
+    from engine.config import to_plain, validate
+    from engine.judges import judge_identity
+    from ray_jobs.judge import judge_endpoints
+    from ray_jobs.run import needed_cpus, run_dir
+
+    validate(cfg)
+    b = cfg.benchmark
+    if b.name != "analyst" or cfg.judge.kind == "none":
+        raise SystemExit("analyst-checklists: needs benchmark=analyst and a judge (judge.kind hosted or "
+                         "openai_compatible)")
+    bench = get_benchmark("analyst")
+    tasks = [t for t in bench.load_tasks(cfg) if not t.checklist]
+    if not tasks:
+        sys.stdout.write("every task has a checklist\n")
+        return
+
+    def hosted(m: Any) -> Any:
+        session.ensure_ray(cfg, needed_cpus(cfg, bench))
+        return session.pool(m, run_dir(cfg) / "logs")
+
+    ident = judge_identity(cfg)
+    who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "temperature": cfg.judge.temperature,
+           "judge_config": to_plain(cfg.judge)}
+    results = checklists.build(tasks, b, judge_endpoints(cfg, hosted), cfg.judge, who)
+    for r in results:
+        sys.stdout.write(f"{r.task_id}: {r.status} {r.path} {r.detail}\n")
+    if any(r.status in ("failed", "endpoint_error") for r in results):
+        raise SystemExit(1)
+
+
 def tables(run_dir: str, benchmark: str | None) -> int:
     """Print (and write next to the metrics, as tables.md) every table the benchmarks of a run
     directory define, from its metrics Parquet."""
     from pathlib import Path
 
     from engine.benchmarks import get_benchmark
+    from engine.judges import SELF_JUDGED
     from engine.storage import EpisodeStore
 
     store = EpisodeStore(run_dir)
@@ -85,8 +142,14 @@ def tables(run_dir: str, benchmark: str | None) -> int:
         return 1
     out = []
     for name in names:
-        for title, md in get_benchmark(name).tables([r for r in rows if r["benchmark"] == name]).items():
-            out.append(f"## {name} {title}\n\n{md}\n")
+        mine = [r for r in rows if r["benchmark"] == name]
+        for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
+            these = [r for r in mine if (r["judge"] or "") == judge]
+            by = f" (judge {judge})" if judge else ""
+            warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
+                    if any(r["self_judged"] for r in these) else "")
+            for title, md in get_benchmark(name).tables(these).items():
+                out.append(f"## {name} {title}{by}\n\n{warn}{md}\n")
     text = "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"
     (Path(run_dir) / "metrics" / "tables.md").write_text(text)
     sys.stdout.write(text)

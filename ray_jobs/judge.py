@@ -19,7 +19,8 @@ import logging
 import time
 from typing import Any, Callable
 
-from engine.config import Config, JudgeConfig, stable_hash
+from engine.config import Config, JudgeConfig, ModelConfig
+from engine.judges import JudgeIdentity, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore
@@ -30,26 +31,13 @@ FLUSH_S = 30.0
 MALFORMED = "malformed judge output"      # error prefix of a final failure (the judge answered badly)
 
 
-def judge_identity(cfg: Any, *extra: Any) -> tuple[str, str]:
-    """(display name, id) of the configured judge (``cfg`` has ``judge`` and ``model``); ``extra``
-    adds what else changes its answers (e.g. constrained decoding) to the id."""
-    j = cfg.judge
-    if j.kind == "hosted":
-        m = cfg.model
-        name = j.name or m.name
-        ident = {"served": m.served_name or m.name, "path": m.path, "base_url": m.base_url}
-    else:
-        name = j.name or j.model
-        ident = {"model": j.model, "base_url": j.base_url}
-    return name, f"{name}:{stable_hash(ident, j.temperature, *extra, n=8)}"
-
-
-def judge_endpoints(cfg: Any, hosted: Callable[[], list[Endpoint]]) -> list[Endpoint]:
-    """The judge's endpoints: its own for ``openai_compatible``, else ``hosted()`` (the run's model)."""
+def judge_endpoints(cfg: Any, hosted: Callable[[ModelConfig], list[Endpoint]]) -> list[Endpoint]:
+    """The judge's endpoints: its own for ``openai_compatible``, else ``hosted(model)`` with the
+    judge's hosted model (``judge.hosted_model``, or the run's own model when unset)."""
     j = cfg.judge
     if j.kind == "openai_compatible":
         return [Endpoint(j.base_url.rstrip("/"), j.model, j.api_key_env)]
-    return hosted()
+    return hosted(j.hosted_model or cfg.model)
 
 
 def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[str, dict[str, str | None]]:
@@ -88,7 +76,7 @@ def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: 
 
 
 async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j: JudgeConfig,
-                      parse: Callable[[str, str], str | None], judge_id: str,
+                      parse: Callable[[str, str], str | None], judge: JudgeIdentity,
                       flush: Callable[[list[dict[str, Any]]], Any]) -> dict[str, Any]:
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
@@ -101,7 +89,7 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
 
     async def one(req: JudgeRequest) -> None:
         client = router.client_for(req.episode_id)
-        row = {"episode_id": req.episode_id, "judge": judge_id, "key": req.key, "value": None, "ok": False,
+        row = {"episode_id": req.episode_id, **judge.columns(), "key": req.key, "value": None, "ok": False,
                "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0}
         for attempt in range(1, j.max_attempts + 1):
             row["attempts"] = attempt
@@ -124,7 +112,7 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
         stats["tokens_in"] += row["tokens_in"]
         stats["tokens_out"] += row["tokens_out"]
         buf.append(row)
-        # a shard every 64 results, or every FLUSH_S on slow judges (long checklist generations),
+        # a shard every 64 results, or every FLUSH_S on slow judges (long claim extractions),
         # so a killed stage loses little
         if len(buf) >= 64 or time.monotonic() - last_flush[0] >= FLUSH_S:
             flush(buf[:])
@@ -141,14 +129,15 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
 
 
 def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
-                    endpoints: Any) -> dict[str, Any]:
-    """Judge what is missing for this config. ``endpoints`` is a callable returning the judge's
-    endpoints (so a hosted model is only started when something needs judging)."""
+                    endpoints: Callable[[ModelConfig], list[Endpoint]]) -> dict[str, Any]:
+    """Judge what is missing for this config. ``endpoints(model_config)`` returns a hosted
+    judge's endpoints (so a hosted model is only started when something needs judging)."""
     if cfg.judge.kind == "none":
         return {"skipped": "judge.kind=none"}
-    name, judge_id = judge_identity(cfg)
+    judge = judge_identity(cfg, getattr(bench, "judge_prompt_version", ""))
+    judge_id = judge.id
     t0 = time.time()
-    total: dict[str, Any] = {"judge": judge_id, "requests": 0, "rounds": 0}
+    total: dict[str, Any] = {"judge": judge_id, "judge_model": judge.model, "requests": 0, "rounds": 0}
     eps: list[Endpoint] | None = None
     for i in range(MAX_ROUNDS):     # a round's answers may unlock the next round's requests
         # endpoint failures of earlier stages are asked again once, in the first round
@@ -158,7 +147,7 @@ def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: s
         if eps is None:
             eps = judge_endpoints(cfg, endpoints)
         log.info("judge round %d: %d requests with %s", total["rounds"] + 1, len(requests), judge_id)
-        stats = asyncio.run(judge_batch(requests, eps, cfg.judge, bench.parse_judgement, judge_id,
+        stats = asyncio.run(judge_batch(requests, eps, cfg.judge, bench.parse_judgement, judge,
                                         store.write_judgements))
         total["rounds"] += 1
         for k, v in stats.items():

@@ -24,12 +24,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.config import PairwiseConfig, to_plain, validate_pairwise
+from engine.config import ModelConfig, PairwiseConfig, to_plain, validate_pairwise
+from engine.judges import judge_identity
 from engine.errors import ConfigError
 from engine.pairwise import REFERENCE, labels, plan
 from engine.protocol import JudgeRequest
 from engine.storage import EpisodeStore, PairwiseStore
-from ray_jobs.judge import judge_batch, judge_endpoints, judge_identity, settled
+from ray_jobs.judge import judge_batch, judge_endpoints, settled
 from ray_jobs.run import repo_path
 from ray_jobs.session import Session
 
@@ -111,7 +112,8 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
     new = [dict(asdict(c), benchmark=bench.name) for c in comps if c.comparison_id not in known]
     store.write_comparisons(new)
     store.write_json("systems.json", systems)
-    _, judge_id = judge_identity(cfg, {"guided_json": cfg.guided_json, "max_tokens": cfg.max_tokens})
+    judge = judge_identity(cfg, spec.prompt_version, {"guided_json": cfg.guided_json, "max_tokens": cfg.max_tokens})
+    judge_id = judge.id
     done = settled(store, judge_id)
     requests = []
     for c in comps:
@@ -123,23 +125,24 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
                                          spec.json_schema(proto) if cfg.guided_json else None))
     info: dict[str, Any] = {"systems": len(systems), "comparisons": len(comps), "new_comparisons": len(new),
                             "skipped_pairs": len(skipped), "episodes": counts, "judge": judge_id,
-                            "requests": len(requests)}
+                            "judge_model": judge.model, "requests": len(requests),
+                            # the judge's model is one of the compared systems: it judges pairs it is in
+                            "self_judged": judge.model in {s["model"] for s in systems}}
     log.info("%d systems, %d comparisons (%d new), %d pair-tasks skipped (missing text), %d verdicts to judge",
              len(systems), len(comps), len(new), len(skipped), len(requests))
     own = session is None
     session = session or Session()
     try:
         if requests:
-            def hosted() -> list[Any]:
-                m = cfg.model
-                session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)
-                return session.model(cfg, store.root / "logs")  # type: ignore[arg-type]
+            def hosted(m: ModelConfig) -> list[Any]:
+                session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)  # type: ignore[arg-type]
+                return session.pool(m, store.root / "logs")
 
             t1 = time.time()
             endpoints = judge_endpoints(cfg, hosted)
             info["judge_startup_s"] = round(time.time() - t1, 1)
             replica_s0 = session.replica_seconds()
-            stats = asyncio.run(judge_batch(requests, endpoints, cfg.judge, spec.parse, judge_id,
+            stats = asyncio.run(judge_batch(requests, endpoints, cfg.judge, spec.parse, judge,
                                             store.write_judgements))
             info["judge_stats"] = stats
             info["replica_seconds"] = session.replica_seconds() - replica_s0

@@ -35,7 +35,8 @@ from engine.benchmarks import get_benchmark
 from engine.config import config_labels
 from engine.cost import Prices, episode_costs, token_cost, uptime_cost
 from engine.errors import DataError
-from engine.pairwise import outcome, position_bias
+from engine.judges import SELF_JUDGED, judged_views, self_judged_note
+from engine.pairwise import outcome, pair_outcomes, position_bias
 from engine.storage import EpisodeStore, PairwiseStore
 
 log = logging.getLogger("dateline.report")
@@ -56,6 +57,11 @@ class Page:
     def para(self, text: str) -> None:
         self.md.append(text + "\n")
         self.html.append(f"<p>{html.escape(text)}</p>")
+
+    def strong(self, text: str) -> None:
+        """A paragraph in bold (warnings a reader must not miss, e.g. self-judged numbers)."""
+        self.md.append(f"**{text}**\n")
+        self.html.append(f"<p><b>{html.escape(text)}</b></p>")
 
     def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         cells = [[str(c) for c in r] for r in rows]
@@ -133,6 +139,8 @@ class ConfigGroup:
     rows: list[dict[str, Any]]
     label: str = ""
     values: list[dict[str, float]] = field(default_factory=list)   # bench.episode_values(rows), computed once
+    judge: str = ""                 # the one judge whose judgements the rows carry ("" when none)
+    self_judged: bool = False
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
@@ -153,6 +161,7 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
     uptime: dict[str, float] = defaultdict(float)
     model_cfg: dict[str, dict[str, Any]] = {}
     judge_cost: dict[str, float] = defaultdict(float)
+    judge_uptime: dict[str, float] = defaultdict(float)
     for info in store.run_infos():
         h = info.get("config_hash")
         if not h:
@@ -161,9 +170,13 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
         model_cfg[h] = info.get("model") or {}
         j = info.get("judge") or {}
         ji, jo = float(j.get("tokens_in") or 0), float(j.get("tokens_out") or 0)
-        model_name = (info.get("model") or {}).get("name", "")
-        jp = prices.get(model_name) if (info.get("judge_config") or {}).get("kind") != "openai_compatible" else None
-        judge_cost[h] += token_cost(ji, jo, jp or Prices.of_judge(info.get("judge_config") or {}, info.get("model") or {}))
+        jcfg = info.get("judge_config") or {}
+        # the model whose prices a hosted judge pays: its own pool's, else the run's model
+        jmodel = (jcfg.get("hosted_model") or info.get("model") or {}) if jcfg.get("kind") != "openai_compatible" else {}
+        jp = prices.get(jmodel.get("name", "")) if jmodel else None
+        judge_cost[h] += token_cost(ji, jo, jp or Prices.of_judge(jcfg, jmodel))
+        if info.get("judge_replica_seconds_run"):
+            judge_uptime[h] += uptime_cost(float(info["judge_replica_seconds_run"]), jp or Prices.of_model(jmodel))
     out = {}
     for g in groups:
         p = prices.get(g.model) or Prices.of_model(model_cfg.get(g.config_hash, {}))
@@ -173,22 +186,21 @@ def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: dict[str, 
         out[g.config_hash] = {"prices": p, "uptime_s": uptime[g.config_hash], "per_episode": per_ep,
                               "tasks": [r["task_id"] for r in ok],
                               "generation": sum(per_ep),
-                              "judge_token_cost": judge_cost[g.config_hash], "recorded": g.config_hash in model_cfg}
+                              "judge_token_cost": judge_cost[g.config_hash],
+                              "judge_uptime_cost": judge_uptime[g.config_hash], "recorded": g.config_hash in model_cfg}
     return out
 
 
-def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) -> None:
+def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices], judge: str | None = None) -> None:
     probe = EpisodeStore(root)
     names = sorted({r["benchmark"] for r in probe.episodes().select(["benchmark"]).to_pylist()})
     for name in names:
         bench = get_benchmark(name)
         store = EpisodeStore(root, bench.episode_fields)
-        judged = store.judgements()
         by: dict[str, ConfigGroup] = {}
         for r in store.episodes().to_pylist():
             if r["benchmark"] != name:
                 continue
-            r["judgements"] = judged.get(r["episode_id"], {})
             g = by.setdefault(r["config_hash"], ConfigGroup(r["model"], r["config_hash"], json.loads(r["agent"] or "{}"),
                                                              json.loads(r["data"] or "{}"), []))
             g.rows.append(r)
@@ -201,65 +213,29 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
                    [[g.label, g.config_hash, f"{sum(r['status'] == 'ok' for r in g.rows)} / "
                      f"{sum(r['status'] != 'ok' for r in g.rows)}", len({r['task_id'] for r in g.rows})]
                     for g in groups])
-        # metrics with intervals
-        ests: dict[str, dict[str, stats.Estimate]] = {}
-        plain: dict[str, dict[str, tuple[float, int]]] = {}
-        order: list[str] = []
-        metric_rows: list[dict[str, Any]] = []
+        # one block per judge: a configuration judged by two judges shows two sets of numbers
+        by_judge = store.judgements_by_judge(bench.parse_judgement)
+        judges = store.judges()
+        blocks: dict[str, list[ConfigGroup]] = defaultdict(list)
         for g in groups:
-            mrows = bench.metrics(g.rows)
-            metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
-                             "agent": json.dumps(g.agent), "data": json.dumps(g.data), "metric": m.metric,
-                             "value": m.value, "n": m.n} for m in mrows]
-            plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
-            order += [m.metric for m in mrows if m.metric not in order]
-            vals = g.values = bench.episode_values(g.rows)
-            tasks = [r["task_id"] for r in g.rows]
-            ests[g.config_hash] = {}
-            for m in {k for v in vals for k in v}:
-                xs = [v.get(m, float("nan")) for v in vals]
-                e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
-                ests[g.config_hash][m] = e
-                want = plain[g.config_hash].get(m)
-                if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
-                                                                                      abs_tol=1e-9):
-                    log.warning("%s %s: per-episode mean %.6g differs from the metric %.6g", name, m, e.value, want[0])
-        page.heading("Metrics", 3)
-        rows_out = []
-        for m in order:
-            cells = []
-            for g in groups:
-                e = ests[g.config_hash].get(m)
-                if e is not None:
-                    cells.append(est(e))
-                else:
-                    v = plain[g.config_hash].get(m)
-                    cells.append(f"{num(v[0])} (n={v[1]})" if v else "")
-            rows_out.append([m, *cells])
-        page.table(["metric", *[g.label for g in groups]], rows_out)
-        # paired tests
-        pairs = [(a, b) for a, b in itertools.combinations(groups, 2)
-                 if {r["task_id"] for r in a.rows} & {r["task_id"] for r in b.rows}]
-        if pairs and bench.primary_metrics:
-            page.heading("Paired comparisons", 3)
-            page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
-                      "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
-                      "permutation test. With few tasks trust the p-value over the interval: a percentile "
-                      "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
-                      "2 / 2^(tasks with a difference).")
-            prow = []
-            for m in bench.primary_metrics:
-                for a, b in pairs:
-                    t = stats.paired_test(_per_task(a, m), _per_task(b, m), n_boot)
-                    if t.n_tasks:
-                        prow.append([m, a.label, b.label, f"{num(t.mean_diff)} [{num(t.lo)}, {num(t.hi)}]",
-                                     f"{t.p_value:.3g}", t.n_tasks])
-            page.table(["metric", "A", "B", "A - B", "p", "tasks"], prow)
-        # paper tables
-        for title, md in bench.tables(metric_rows).items():
-            page.heading(f"Paper layout: {title}", 3)
-            page.md.append(md + "\n")
-            page.html.append(_md_table_html(md))
+            for v in judged_views(g.rows, by_judge, judges, judge):
+                blocks[v.judge].append(ConfigGroup(g.model, g.config_hash, g.agent, g.data, v.rows, g.label,
+                                                   judge=v.judge, self_judged=v.self_judged))
+        if judge is not None and not any(blocks.get(j) for j in blocks if j):
+            page.para(f"No judgements by a judge matching {judge!r} (judges here: {', '.join(sorted(judges)) or 'none'}).")
+        for jid in sorted(blocks):
+            level = 3
+            if jid:
+                info = judges.get(jid, {})
+                page.heading(f"Judge {jid}", 3)
+                page.para(f"Every judge-based number in this block comes from this judge alone: model "
+                          f"{info.get('model', '?')}, endpoint {info.get('kind') or 'not recorded'}, prompt version "
+                          f"{info.get('prompt') or 'not recorded'}. Configurations judged by another judge appear in "
+                          f"that judge's block.")
+                if any(g.self_judged for g in blocks[jid]):
+                    page.strong(f"{SELF_JUDGED.upper()}: " + self_judged_note(info.get("model", jid)))
+                level = 4
+            _judged_block(page, bench, name, blocks[jid], n_boot, level)
         # cost and tokens
         costs = run_costs(store, groups, prices)
         page.heading("Tokens and cost", 3)
@@ -272,19 +248,84 @@ def run_section(page: Page, root: Path, n_boot: int, prices: dict[str, Prices]) 
             if p.configured:
                 ce = stats.cluster_mean(c["per_episode"], c["tasks"], n_boot)
                 cost_ep = f"${ce.value:.4f} [{ce.lo:.4f}, {ce.hi:.4f}]" if not math.isnan(ce.lo) else f"${ce.value:.4f}"
-                total = f"${c['generation'] + c['judge_token_cost']:.4f}"
+                total = f"${c['generation'] + c['judge_token_cost'] + c['judge_uptime_cost']:.4f}"
             else:
                 cost_ep = total = "no prices configured"
             crow.append([g.label, est(tok), f"{c['uptime_s'] / 3600:.3f}" if c["recorded"] else "not recorded",
                          f"in {p.input_per_mtok:g} / out {p.output_per_mtok:g} per Mtok; {p.gpu_hour:g} per unit-hour "
                          f"x {p.units_per_replica:g}", cost_ep, total])
         page.table(["configuration", "tokens per episode (in+out)", "replica hours (this config's runs)", "prices",
-                    "cost per episode", "run cost (generation + judge tokens)"], crow)
+                    "cost per episode", "run cost (generation + judge)"], crow)
         _tokens_plot(page, groups, name, costs)
-        if bench.curve:
-            _curve_plot(page, bench, groups, ests, name)
-        if bench.per_task_metric:
-            _per_task_plot(page, bench, groups, name)
+
+
+def _judged_block(page: Page, bench: Any, name: str, groups: list[ConfigGroup], n_boot: int, level: int) -> None:
+    """Metrics with intervals, paired tests, paper tables and plots of configurations seen through
+    one judge (or none)."""
+    ests: dict[str, dict[str, stats.Estimate]] = {}
+    plain: dict[str, dict[str, tuple[float, int]]] = {}
+    order: list[str] = []
+    metric_rows: list[dict[str, Any]] = []
+    for g in groups:
+        mrows = bench.metrics(g.rows)
+        metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
+                         "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
+                         "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n} for m in mrows]
+        plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
+        order += [m.metric for m in mrows if m.metric not in order]
+        vals = g.values = bench.episode_values(g.rows)
+        tasks = [r["task_id"] for r in g.rows]
+        ests[g.config_hash] = {}
+        for m in {k for v in vals for k in v}:
+            xs = [v.get(m, float("nan")) for v in vals]
+            e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
+            ests[g.config_hash][m] = e
+            want = plain[g.config_hash].get(m)
+            if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
+                                                                                  abs_tol=1e-9):
+                log.warning("%s %s: per-episode mean %.6g differs from the metric %.6g", name, m, e.value, want[0])
+    page.heading("Metrics", level)
+    rows_out = []
+    for m in order:
+        cells = []
+        for g in groups:
+            e = ests[g.config_hash].get(m)
+            if e is not None:
+                cells.append(est(e))
+            else:
+                v = plain[g.config_hash].get(m)
+                cells.append(f"{num(v[0])} (n={v[1]})" if v else "")
+        rows_out.append([m, *cells])
+    page.table(["metric", *[g.label + (f" [{SELF_JUDGED}]" if g.self_judged else "") for g in groups]], rows_out)
+    # paired tests
+    pairs = [(a, b) for a, b in itertools.combinations(groups, 2)
+             if {r["task_id"] for r in a.rows} & {r["task_id"] for r in b.rows}]
+    if pairs and bench.primary_metrics:
+        page.heading("Paired comparisons", level)
+        page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
+                  "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
+                  "permutation test. With few tasks trust the p-value over the interval: a percentile "
+                  "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
+                  "2 / 2^(tasks with a difference).")
+        prow = []
+        for m in bench.primary_metrics:
+            for a, b in pairs:
+                t = stats.paired_test(_per_task(a, m), _per_task(b, m), n_boot)
+                if t.n_tasks:
+                    prow.append([m, a.label, b.label, f"{num(t.mean_diff)} [{num(t.lo)}, {num(t.hi)}]",
+                                 f"{t.p_value:.3g}", t.n_tasks])
+        page.table(["metric", "A", "B", "A - B", "p", "tasks"], prow)
+    # paper tables
+    for title, md in bench.tables(metric_rows).items():
+        page.heading(f"Paper layout: {title}", level)
+        if any(g.self_judged for g in groups) and groups[0].judge:
+            page.strong(f"{SELF_JUDGED.upper()}: judge-based columns of this table were graded by the model under test.")
+        page.md.append(md + "\n")
+        page.html.append(_md_table_html(md))
+    if bench.curve:
+        _curve_plot(page, bench, groups, ests, name)
+    if bench.per_task_metric:
+        _per_task_plot(page, bench, groups, name)
 
 
 def _per_task(g: ConfigGroup, metric: str) -> dict[str, float]:
@@ -462,12 +503,17 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
                   f"skipped because a text was missing), judge {last.get('judge')}, "
                   f"seed {(last.get('config') or {}).get('seed')}, both orders: "
                   f"{(last.get('config') or {}).get('both_orders')}.")
+    judges = store.judges()
     for v in load_verdicts(store):
         ids = v.systems()
         names = [label.get(i, i) for i in ids]
         outs = v.outcomes()
         failed = sum(val is None for val in v.values.values())
         page.heading(f"{v.protocol} protocol, judge {v.judge}", 3)
+        jmodel = judges.get(v.judge, {}).get("model", "")
+        if jmodel and jmodel in {s["model"] for s in systems}:
+            page.strong(f"{SELF_JUDGED.upper()}: the judge ({jmodel}) is the model of a compared system, so it judged "
+                        f"pairs it is in; these verdicts are not a measurement of quality.")
         page.para(f"{len(v.values)} verdicts over {len({c['task_id'] for c in v.comparisons})} tasks; {failed} failed "
                   f"(malformed after every retry; excluded, not guessed).")
         if not outs:
@@ -514,17 +560,32 @@ def pairwise_section(page: Page, root: Path, n_boot: int, human: Path | None,
                      f"{stats.elo(np.array([theta[i]]))[0]:.0f} [{stats.elo(np.array([tlo[i]]))[0]:.0f}, "
                      f"{stats.elo(np.array([thi[i]]))[0]:.0f}]", f"{W[i].sum():g} / {Nn[i].sum():g}"]
                     for k, i in enumerate(rank)])
-        srow = []
-        for a, b in itertools.combinations(range(len(ids)), 2):
-            if N[a, b]:
-                wins = sum(1 for o in outs if {o.a, o.b} == {ids[a], ids[b]} and o.winner is not None
-                           and (o.a if o.winner == "a" else o.b) == ids[a])
-                losses = sum(1 for o in outs if {o.a, o.b} == {ids[a], ids[b]} and o.winner is not None) - wins
-                srow.append([names[a], names[b], f"{wins} - {losses}", f"{stats.sign_test(wins, losses):.3g}"])
-        page.table(["A", "B", "A wins - B wins", "sign test p (two-sided)"], srow)
+        tests = sign_tests(pair_outcomes(v.comparisons, v.values), ids)
+        page.para("Sign tests count one outcome per (task, pair): a pair judged in both orders is combined first "
+                  "(agreeing verdicts give a win, disagreeing ones a tie), since its two verdicts are not "
+                  "independent; ties are dropped. p-values are Holm-adjusted over the "
+                  f"{sum(not math.isnan(t[4]) for t in tests)} pairs of this table (family-wise error 5% at p < 0.05).")
+        page.table(["A", "B", "A wins - B wins (pairs)", "ties", "sign test p (two-sided)", "p (Holm)"],
+                   [[names[a], names[b], f"{w} - {lo_}", ties, f"{p:.3g}", f"{ph:.3g}"]
+                    for a, b, w, lo_, p, ph, ties in tests])
         _dimension_section(page, v, ids, names)
         if human is not None:
             _agreement(page, v, human, set(ids), n_boot)
+
+
+def sign_tests(outcomes: list[stats.Outcome], ids: list[str]) -> list[tuple[int, int, int, int, float, float, int]]:
+    """Per pair of systems (indices a < b) that met: (a, b, wins of a, wins of b, sign-test p, Holm p, ties),
+    from one outcome per (task, pair) (``engine.pairwise.pair_outcomes``)."""
+    rows = []
+    for a, b in itertools.combinations(range(len(ids)), 2):
+        mine = [o for o in outcomes if {o.a, o.b} == {ids[a], ids[b]}]
+        if not mine:
+            continue
+        wins = sum(1 for o in mine if o.winner is not None and (o.a if o.winner == "a" else o.b) == ids[a])
+        losses = sum(1 for o in mine if o.winner is not None) - wins
+        rows.append((a, b, wins, losses, stats.sign_test(wins, losses), sum(o.winner is None for o in mine)))
+    adjusted = stats.holm([r[4] for r in rows])
+    return [(a, b, w, lo, p, ph, t) for (a, b, w, lo, p, t), ph in zip(rows, adjusted)]
 
 
 def plot_names(names: list[str]) -> list[str]:
@@ -625,14 +686,14 @@ def pairwise_summary(root: Path, n_boot: int = 200) -> str:
 
 # -- entry ----------------------------------------------------------------------------------------
 def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Path | None = None,
-          prices: dict[str, Prices] | None = None, title: str = "dateline report") -> Path:
+          prices: dict[str, Prices] | None = None, title: str = "dateline report", judge: str | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     page = Page(out)
     for p in map(Path, paths):
         if (p / "comparisons").is_dir():
             pairwise_section(page, p, n_boot, human, prices)
         elif (p / "episodes").is_dir():
-            run_section(page, p, n_boot, prices or {})
+            run_section(page, p, n_boot, prices or {}, judge)
         else:
             raise DataError(p, None, None, "neither a run directory (episodes/) nor a pairwise directory (comparisons/)")
     return page.write(title)
@@ -646,8 +707,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--human", help="JSON Lines of human preferences for agreement (pairwise)")
     ap.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT[,HOUR[,UNITS]]",
                     help="price a model (overrides what its runs recorded); repeatable")
+    ap.add_argument("--judge", help="show only this judge's numbers (its id, an id prefix, or its model name); "
+                                    "default: every judge, each in its own block")
     ap.add_argument("--title", default="dateline report")
-    a = ap.parse_args(argv)
+    # ``judge=X`` as at metrics time (``dateline metrics RUN BENCH judge=X``) is --judge X
+    a = ap.parse_args([f"--judge={x[6:]}" if x.startswith("judge=") else x for x in (argv or [])])
     prices = {}
     for spec in a.price:
         model, _, rest = spec.partition("=")
@@ -659,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(str(e))
     out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
-    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title)
+    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge)
     sys.stdout.write(f"{path}\n{out / 'report.md'}\n")
     return 0
 

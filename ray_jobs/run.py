@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.config import Config, stable_hash, to_plain, validate
+from engine.config import Config, ModelConfig, stable_hash, to_plain, validate
 from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
+from engine.judges import SELF_JUDGED, judged_views, self_judged_note
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
 from engine.storage import EpisodeStore, metric_rows
@@ -95,10 +96,13 @@ def needed_cpus(cfg: Config, bench: Any) -> float:
     """Logical CPUs a whole run asks Ray for: replicas, index, episode workers, services. A local
     cluster is sized by this whichever stage starts Ray first (the judge stage alone needs only the
     model, but the next point of a sweep will schedule workers on the same cluster)."""
-    m, c = cfg.model, cfg.cluster
-    hosted = m.kind == "vllm" and (bench.uses_model(cfg.agent) or cfg.judge.kind == "hosted")
-    return ((m.replicas * m.num_cpus if hosted else 0) + cfg.index.num_cpus + c.num_workers * c.worker_num_cpus
-            + sum(s.num_cpus for s in bench.services(cfg)))
+    m, c, j = cfg.model, cfg.cluster, cfg.judge
+    self_judge = j.kind == "hosted" and j.hosted_model is None
+    hosted = m.kind == "vllm" and (bench.uses_model(cfg.agent) or self_judge)
+    jm = j.hosted_model if j.kind == "hosted" else None
+    judge_cpus = jm.replicas * jm.num_cpus if jm is not None and jm.kind == "vllm" and jm != m else 0
+    return ((m.replicas * m.num_cpus if hosted else 0) + judge_cpus + cfg.index.num_cpus
+            + c.num_workers * c.worker_num_cpus + sum(s.num_cpus for s in bench.services(cfg)))
 
 
 def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict[str, Any]:
@@ -201,26 +205,40 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
     return info
 
 
-def reduce_metrics(store: EpisodeStore, benchmark: str) -> list[dict[str, Any]]:
-    """Metrics per (model, config) over everything in the store, rewritten whole. Each episode row
-    carries its judgements as ``row["judgements"] = {key: value or None}`` (missing key: not judged)."""
+def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None) -> list[dict[str, Any]]:
+    """Metrics per (model, config, judge) over everything in the store, rewritten whole: each
+    configuration once per judge that judged it (never a blend of judges), or once with no
+    judgements. Each episode row carries that judge's judgements as ``row["judgements"] = {key:
+    value or None}`` (missing key: not judged), re-read through the benchmark's current parser.
+    ``judge`` keeps one judge (id, id prefix or model name)."""
     bench = get_benchmark(benchmark)
-    judged = store.judgements()
+    by_judge = store.judgements_by_judge(bench.parse_judgement)
+    judges = store.judges()
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in store.episodes().to_pylist():
         if r["benchmark"] == benchmark:
-            r["judgements"] = judged.get(r["episode_id"], {})
             groups[(r["model"], r["config_hash"], r["agent"], r["data"] or "")].append(r)
     rows: list[dict[str, Any]] = []
     for (model, chash, agent, data), eps in sorted(groups.items()):
-        rows += metric_rows(benchmark, model, chash, agent, data, bench.metrics(eps))
+        for v in judged_views(eps, by_judge, judges, judge):
+            rows += metric_rows(benchmark, model, chash, agent, data, bench.metrics(v.rows), v.judge, v.judge_model,
+                                v.self_judged)
     store.write_metrics(rows)
     return rows
 
 
 def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
+    """This config's metrics, one table per judge, each saying which judge (and, in bold, when the
+    model judged itself)."""
     mine = [r for r in rows if r["config_hash"] == config_hash]
-    return table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in mine])
+    out = []
+    for j in sorted({r["judge"] for r in mine}):
+        these = [r for r in mine if r["judge"] == j]
+        if j:
+            out.append(f"judge {j}" + (f"  **{SELF_JUDGED.upper()}**: {self_judged_note(these[0]['judge_model'])}"
+                                       if these[0]["self_judged"] else ""))
+        out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))
+    return "\n".join(out)
 
 
 def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
@@ -230,7 +248,9 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
     own = session is None
     session = session or Session()
     t0 = time.time()
-    uptime0 = session.replica_seconds() if session.pools else 0.0
+    judge_model = cfg.judge.hosted_model if cfg.judge.kind == "hosted" else None
+    uptime0 = session.replica_seconds(cfg.model)
+    judge_uptime0 = session.replica_seconds(judge_model) if judge_model is not None else 0.0
     bench = get_benchmark(cfg.benchmark.name)
     p = plan(cfg)
     store = EpisodeStore(p.run_dir, bench.episode_fields)
@@ -242,9 +262,9 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
         if p.todo:
             info.update(execute(cfg, p, store, session))
 
-        def judge_endpoints() -> list[Any]:
+        def judge_endpoints(m: ModelConfig) -> list[Any]:
             session.ensure_ray(cfg, needed_cpus(cfg, bench))
-            return session.model(cfg, p.run_dir / "logs")
+            return session.pool(m, p.run_dir / "logs", keep=session.needed(cfg))
 
         info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints)
         info["model_starts_in_session"] = session.model_starts
@@ -252,7 +272,9 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
         info["config_hash"] = p.config_hash
         info["model"] = to_plain(cfg.model)
         info["judge_config"] = to_plain(cfg.judge)
-        info["replica_seconds_run"] = (session.replica_seconds() - uptime0) if session.pools else 0.0
+        info["replica_seconds_run"] = session.replica_seconds(cfg.model) - uptime0
+        if judge_model is not None and Session.key(judge_model) != Session.key(cfg.model):
+            info["judge_replica_seconds_run"] = session.replica_seconds(judge_model) - judge_uptime0
     finally:
         if own:
             session.close()

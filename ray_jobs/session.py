@@ -6,7 +6,8 @@ the same process; with one :class:`Session` for the whole sweep, each model is s
 every point reuses it (and the index/services when their inputs are equal), instead of a cold
 start per point. Resources are keyed by what they are built from: a point that needs a
 different model stops the previous pool first (order sweeps with the model outermost), since
-a machine rarely holds two. ``close()`` stops everything; drivers call it when the sweep ends.
+a machine rarely holds two; a hosted judge model of its own (``judge.hosted_model``) is kept
+next to the model under test for the whole sweep. ``close()`` stops everything; drivers call it when the sweep ends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.config import Config, stable_hash, to_plain
+from engine.config import Config, ModelConfig, stable_hash, to_plain
 from engine.llm import Endpoint
 
 log = logging.getLogger("dateline.session")
@@ -60,14 +61,18 @@ class Session:
 
     # -- models ------------------------------------------------------------------------------
     def model(self, cfg: Config, log_dir: Path) -> list[Endpoint]:
-        """Endpoints of ``cfg.model``: a hosted pool started once per session, or the external one."""
+        """Endpoints of the model under test (``cfg.model``)."""
+        return self.pool(cfg.model, log_dir, keep=self.needed(cfg))
+
+    def pool(self, m: ModelConfig, log_dir: Path, keep: set[str] | None = None) -> list[Endpoint]:
+        """Endpoints of ``m``: a hosted pool started once per session, or the external one. Pools
+        not in ``keep`` (keys from :meth:`needed`) are stopped first, to free their resources."""
         from engine.hosting.replica import ModelPool
 
-        m = cfg.model
-        key = stable_hash(to_plain(m))
+        key = self.key(m)
         if key in self.pools:
             return self.pools[key][1]
-        for other in list(self.pools):          # free the accelerators for the next model
+        for other in [k for k in self.pools if keep is None or k not in keep]:   # free the accelerators
             self.pools.pop(other)[0].stop()
         pool = ModelPool(m, log_dir)
         t0 = time.time()
@@ -80,7 +85,22 @@ class Session:
         self.pools[key] = (pool, endpoints)
         return endpoints
 
-    def replica_seconds(self) -> float:
+    @staticmethod
+    def key(m: ModelConfig) -> str:
+        return stable_hash(to_plain(m))
+
+    def needed(self, cfg: Config) -> set[str]:
+        """Pools a run needs at once: its model, and a hosted judge model of its own (two hosted
+        models in one job: the judge is not restarted between the points of a sweep)."""
+        keys = {self.key(cfg.model)}
+        if cfg.judge.kind == "hosted" and cfg.judge.hosted_model is not None:
+            keys.add(self.key(cfg.judge.hosted_model))
+        return keys
+
+    def replica_seconds(self, m: ModelConfig | None = None) -> float:
+        """Replica uptime of every pool, or of ``m``'s pool only."""
+        if m is not None:
+            return self.pools[self.key(m)][0].replica_seconds() if self.key(m) in self.pools else 0.0
         return sum(p.replica_seconds() for p, _ in self.pools.values())
 
     # -- index and services ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,12 @@ from engine.llm import Endpoint
 log = logging.getLogger(__name__)
 
 
+def replica_log_name(model: str, index: int) -> str:
+    """The server log of one replica: several models may be hosted for one run dir (a judge next to
+    the model under test), so the model name is part of it."""
+    return f"vllm-{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}-replica{index}.log"
+
+
 @ray.remote
 class ModelReplica:
     def __init__(self, cfg: dict[str, Any], index: int, log_dir: str) -> None:
@@ -25,7 +32,7 @@ class ModelReplica:
         self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
                                  engine_args=self.cfg.engine_args, env=self.cfg.env,
-                                 log_path=Path(log_dir) / f"vllm-replica{index}.log")
+                                 log_path=Path(log_dir) / replica_log_name(self.cfg.name, index))
         self.started_at = time.time()
         self.healthy_after_s = -1.0
 

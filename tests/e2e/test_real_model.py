@@ -19,6 +19,7 @@ from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint, SamplingParams
+from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
 from indexes.service import AsyncLocalIndex
 from ray_jobs.configs import compose
@@ -55,7 +56,7 @@ def test_hosted_vllm_runs_four_episodes_concurrently(model_dir, tmp_path):
         assert e["tokens_in"] == sum(s["tokens_in"] for s in steps if s["episode_id"] == e["episode_id"])
     metrics = {m["metric"]: m for m in store.metrics().to_pylist()}
     assert metrics["episodes"]["value"] == 4 and metrics["search_f1"]["n"] == 4
-    assert (tmp_path / "logs" / "vllm-replica0.log").exists()
+    assert (tmp_path / "logs" / replica_log_name("qwen2.5-coder-0.5b-instruct", 0)).exists()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import json
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
-from ray_jobs.judge import judge_identity, run_judge_stage
+from engine.judges import judge_identity
+from ray_jobs.judge import run_judge_stage
 from ray_jobs.run import reduce_metrics
 from tests.fake_openai import FakeOpenAI
 
@@ -54,7 +55,7 @@ def test_judge_stage(tmp_path):
         again = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
         assert again["requests"] == 0 and again["rounds"] == 0 and calls["e3"] == 3
 
-    _, judge_id = judge_identity(cfg)
+    judge_id = judge_identity(cfg, BENCHMARK.judge_prompt_version).id
     j = store.judgements(judge_id)
     assert j == {"e0": {"grade": "CORRECT"}, "e1": {"grade": "INCORRECT"}, "e2": {"grade": "NOT ATTEMPTED"},
                  "e3": {"grade": None}}
@@ -94,7 +95,7 @@ def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
                        "judge.max_attempts=2"])
         first = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
         assert first["ok"] == 1 and first["failed"] == 1 and first["rounds"] == 1   # not re-asked within the stage
-        _, judge_id = judge_identity(cfg)
+        judge_id = judge_identity(cfg, BENCHMARK.judge_prompt_version).id
         assert store.judgements(judge_id)["e1"] == {"grade": None}
         broken["on"] = False
         second = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])

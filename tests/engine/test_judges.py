@@ -1,0 +1,214 @@
+"""Judges are never mixed (issue 10, items 2-4): identity on every judgement row, metrics and
+report per judge, parser fixes applied to stored judgements, self-judged numbers labelled, a
+hosted judge model of its own, and pairwise sign tests over pairs (not verdicts) with Holm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import stats
+from engine.benchmarks.livenews import BENCHMARK as LIVE
+from engine.config import ModelConfig
+from engine.judges import judge_identity, judged_views
+from engine.llm import Endpoint
+from engine.pairwise import pair_outcomes, plan
+from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore, PairwiseStore
+from ray_jobs.configs import compose
+from ray_jobs.judge import run_judge_stage
+from ray_jobs.report import build, main, sign_tests
+from ray_jobs.run import needed_cpus, reduce_metrics, summary
+from ray_jobs.session import Session
+from tests.engine.test_judge import episode
+from tests.fake_openai import FakeOpenAI
+
+QWEN = "qwen2.5-coder-0.5b-instruct"       # the default model's name (conf/model/local_cpu.yaml)
+
+
+def _openai_judge(url: str, name: str) -> list[str]:
+    return ["benchmark=livenews", "agent=livenews", "judge=openai_compatible", f"judge.base_url={url}",
+            f"judge.model={name}", "judge.api_key_env="]
+
+
+def _judged_by_two(tmp_path):
+    """Four livenews answers graded by a strict judge (always B) and a lenient one (always A)."""
+    store = EpisodeStore(tmp_path, LIVE.episode_fields)
+    store.write_batch([episode(i, f"gold {i}") for i in range(4)], [])
+    with FakeOpenAI(lambda m, r: "B") as strict, FakeOpenAI(lambda m, r: "A") as lenient:
+        for srv, name in ((strict, "strict-judge"), (lenient, "lenient-judge")):
+            run_judge_stage(compose(_openai_judge(srv.base_url, name)), LIVE, store, "c", endpoints=lambda m: [])
+    return store
+
+
+def test_every_judgement_row_carries_the_judge_identity(tmp_path):
+    store = _judged_by_two(tmp_path)
+    rows = store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+    assert {r["judge_model"] for r in rows} == {"strict-judge", "lenient-judge"}
+    assert {r["judge_kind"] for r in rows} == {"openai_compatible"}
+    assert {r["judge_prompt"] for r in rows} == {LIVE.judge_prompt_version} and LIVE.judge_prompt_version
+    assert all(r["judge"].startswith(r["judge_model"] + ":") for r in rows)
+
+
+def test_metrics_are_computed_per_judge_never_blended(tmp_path):
+    store = _judged_by_two(tmp_path)
+    rows = reduce_metrics(store, "livenews")
+    acc = {r["judge_model"]: r["value"] for r in rows if r["metric"] == "accuracy"}
+    assert acc == {"strict-judge": 0.0, "lenient-judge": 1.0}        # two sets, each one judge's
+    assert all(r["judge"] for r in rows) and not any(r["self_judged"] for r in rows)
+    table = store.metrics().to_pylist()
+    assert {r["judge_model"] for r in table} == {"strict-judge", "lenient-judge"}
+    # one judge selected at metrics time, by model name or id prefix
+    only = reduce_metrics(store, "livenews", judge="lenient-judge")
+    assert {r["judge_model"] for r in only} == {"lenient-judge"}
+    jid = next(r["judge"] for r in rows if r["judge_model"] == "strict-judge")
+    assert {r["judge_model"] for r in reduce_metrics(store, "livenews", judge=jid[:16])} == {"strict-judge"}
+
+
+def test_report_shows_each_judge_in_its_own_labelled_block(tmp_path):
+    store = _judged_by_two(tmp_path / "run")
+    build([store.root], tmp_path / "rep", n_boot=20)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    blocks = md.split("### Judge ")[1:]
+    assert len(blocks) == 2
+    by_model = {b.split(":", 1)[0]: b for b in blocks}
+    assert set(by_model) == {"lenient-judge", "strict-judge"}
+    acc = {m: next(line for line in b.splitlines() if line.startswith("| accuracy |")) for m, b in by_model.items()}
+    assert "| 1 [1, 1] (n=4) |" in acc["lenient-judge"] and "| 0.000 [0.000, 0.000] (n=4) |" in acc["strict-judge"]
+    assert "SELF-JUDGED" not in md
+    # judge=... at report time keeps one
+    assert main([str(store.root), "--out", str(tmp_path / "one"), "--boot", "20", "judge=strict-judge"]) == 0
+    one = (tmp_path / "one" / "report.md").read_text()
+    assert one.count("### Judge ") == 1 and "### Judge strict-judge:" in one
+
+
+def test_a_parser_fix_applies_to_stored_judgements(tmp_path):
+    """A grade stored as CORRECT by the old parser from "B ... not fully correct" is re-read
+    through the current (anchored) parser: malformed, so not counted as correct."""
+    store = EpisodeStore(tmp_path, LIVE.episode_fields)
+    store.write_batch([episode(0, "gold 0"), episode(1, "gold 1")], [])
+    judge = judge_identity(compose(_openai_judge("http://127.0.0.1:9/v1", "old-judge")), LIVE.judge_prompt_version)
+    base = {**judge.columns(), "key": "grade", "ok": True, "attempts": 1, "error": "", "tokens_in": 1,
+            "tokens_out": 1, "latency_s": 0.1}
+    store.write_judgements([
+        dict(base, episode_id="e0", value="CORRECT", raw_output="B - the answer is not fully CORRECT"),
+        dict(base, episode_id="e1", value="CORRECT", raw_output="A")])
+    m = {r["metric"]: r for r in reduce_metrics(store, "livenews")}
+    assert m["accuracy"]["value"] == pytest.approx(0.5)        # e0 is malformed now, e1 correct
+
+
+def test_self_judged_numbers_say_so_in_bold(tmp_path):
+    store = EpisodeStore(tmp_path / "run", LIVE.episode_fields)
+    store.write_batch([dict(episode(i, f"gold {i}"), model=QWEN) for i in range(3)], [])
+    cfg = compose(["benchmark=livenews", "agent=livenews"])          # judge=hosted: the model grades itself
+    with FakeOpenAI(lambda m, r: "A") as srv:
+        run_judge_stage(cfg, LIVE, store, "c", endpoints=lambda m: [Endpoint(srv.base_url, m.served_name, "")])
+    rows = reduce_metrics(store, "livenews")
+    assert rows and all(r["self_judged"] for r in rows)
+    assert "**SELF-JUDGED**" in summary(rows, "c")
+    build([store.root], tmp_path / "rep", n_boot=20)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "**SELF-JUDGED: " in md and "[self-judged]" in md
+    assert "<b>SELF-JUDGED: " in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_a_hosted_judge_model_of_its_own(tmp_path):
+    """judge=hosted_model: a second hosted model with its own pool, identity and CPUs; not self-judged."""
+    cfg = compose(["benchmark=livenews", "agent=livenews", "judge=hosted_model", "judge.hosted_model.name=judge-b",
+                   "judge.hosted_model.served_name=judge-b"])
+    assert cfg.judge.hosted_model is not None and cfg.judge.hosted_model.path == cfg.model.path
+    own = compose(["benchmark=livenews", "agent=livenews"])
+    assert needed_cpus(cfg, LIVE) == needed_cpus(own, LIVE) + cfg.judge.hosted_model.num_cpus
+    asked: list[str] = []
+    store = EpisodeStore(tmp_path, LIVE.episode_fields)
+    store.write_batch([dict(episode(i, f"gold {i}"), model=QWEN) for i in range(2)], [])
+    with FakeOpenAI(lambda m, r: "A") as srv:
+        def endpoints(m: ModelConfig) -> list[Endpoint]:
+            asked.append(m.name)
+            return [Endpoint(srv.base_url, m.served_name, "")]
+        run_judge_stage(cfg, LIVE, store, "c", endpoints=endpoints)
+    assert asked == ["judge-b"]
+    rows = reduce_metrics(store, "livenews")
+    assert {r["judge_model"] for r in rows} == {"judge-b"} and not any(r["self_judged"] for r in rows)
+
+
+def test_session_keeps_the_judge_pool_next_to_the_model():
+    def ext(name: str) -> ModelConfig:
+        return ModelConfig(name=name, kind="openai_compatible", base_url=f"http://127.0.0.1:9/{name}")
+    cfg = compose(["benchmark=livenews", "agent=livenews", "judge=hosted_model"])
+    cfg.model, cfg.judge.hosted_model = ext("under-test"), ext("judge")
+    s = Session()
+    try:
+        keep = s.needed(cfg)
+        s.pool(cfg.model, "/tmp", keep)
+        s.pool(cfg.judge.hosted_model, "/tmp", keep)
+        assert len(s.pools) == 2                        # both hosted at once
+        s.pool(ext("next-point"), "/tmp", {Session.key(ext("next-point"))})
+        assert list(s.pools) == [Session.key(ext("next-point"))]
+    finally:
+        s.close()
+
+
+def test_judged_views_keep_dependent_judgements_with_their_judge():
+    """Claims from judge A and verdicts from judge B never meet in one view."""
+    rows = [{"episode_id": "e", "model": "m"}]
+    by = {"A:1": {"e": {"claims": '{"c": "q"}'}}, "B:2": {"e": {"claim:00": "SUPPORTED"}}}
+    views = judged_views(rows, by, {"A:1": {"model": "A"}, "B:2": {"model": "B"}})
+    assert [(v.judge, v.rows[0]["judgements"]) for v in views] == [
+        ("A:1", {"claims": '{"c": "q"}'}), ("B:2", {"claim:00": "SUPPORTED"})]
+    assert judged_views(rows, {}, {})[0].judge == ""
+
+
+# -- item 4: sign test over pairs, Holm ---------------------------------------------------------
+def test_holm_adjustment():
+    adj = stats.holm([0.01, 0.04, 0.03, float("nan")])
+    assert adj[:3] == pytest.approx([0.03, 0.06, 0.06]) and adj[3] != adj[3]
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def _verdicts(comps, pick):
+    """A verdict JSON per comparison: ``pick(comparison) -> winning system id or None (tie)``."""
+    out = {}
+    for c in comps:
+        w = pick(c)
+        out[c.comparison_id] = json.dumps({"overall": "tie" if w is None else "first" if w == c.first else "second",
+                                           "dimensions": {}})
+    return out
+
+
+def test_sign_test_counts_pairs_not_both_orders():
+    tasks = [f"t{i}" for i in range(6)]
+    comps, _ = plan({"x": {t: f"x {t}" for t in tasks}, "y": {t: f"y {t}" for t in tasks}}, seed=0,
+                    both_orders=True)
+    rows = [c.__dict__ for c in comps]
+    assert len(rows) == 12
+    vals = _verdicts(comps, lambda c: "x")                                   # x wins both orders everywhere
+    (a, b, wins, losses, p, p_holm, ties), = sign_tests(pair_outcomes(rows, vals), ["x", "y"])
+    assert (wins, losses, ties) == (6, 0, 0)                                # 6 pairs, not 12 verdicts
+    assert p == pytest.approx(2 / 2 ** 6) and p_holm == pytest.approx(p)
+    # a judge that always picks the first article: every pair splits, so every pair is a tie
+    vals = _verdicts(comps, lambda c: c.first)
+    (_, _, wins, losses, p, _, ties), = sign_tests(pair_outcomes(rows, vals), ["x", "y"])
+    assert (wins, losses, ties) == (0, 0, 6) and p != p
+
+
+def test_report_sign_tests_are_per_pair_and_holm_adjusted(tmp_path):
+    tasks = [f"t{i}" for i in range(6)]
+    arts = {s: {t: f"{s} {t}" for t in tasks} for s in ("x", "y", "z")}
+    comps, _ = plan(arts, seed=0, both_orders=True)
+    store = PairwiseStore(tmp_path / "pw")
+    store.write_comparisons([dict(c.__dict__, benchmark="newsagent") for c in comps])
+    store.write_json("systems.json", [{"system_id": s, "label": s, "model": "m", "config_hash": s, "run_dir": "r",
+                                       "agent": "{}"} for s in ("x", "y", "z")])
+    rank = {"x": 0, "y": 1, "z": 2}
+    vals = _verdicts(comps, lambda c: min((c.first, c.second), key=rank.get))       # x > y > z always
+    store.write_judgements([{"episode_id": cid, "judge": "j:1", "judge_model": "judge-m", "judge_kind": "hosted",
+                             "judge_prompt": "p", "key": "dimension", "value": v, "ok": True, "attempts": 1,
+                             "raw_output": v, "error": "", "tokens_in": 1, "tokens_out": 1, "latency_s": 0.1}
+                            for cid, v in vals.items()])
+    build([store.root], tmp_path / "rep", n_boot=20)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Holm-adjusted over the 3 pairs" in md
+    row = next(line for line in md.splitlines() if line.startswith("| x | y | 6 - 0 |"))
+    assert row.split("|")[5].strip() == "0.0312" and row.split("|")[6].strip() == "0.0938"   # 3 x 0.03125
+    assert "SELF-JUDGED" not in md                     # the judge's model is none of the systems'
