@@ -41,6 +41,10 @@ class ModelConfig:
     max_inflight_per_replica: int = 8
     # Seconds to wait for a replica's /health.
     startup_timeout_s: float = 900.0
+    # During a run the driver checks every replica's /health this often (seconds); a server that
+    # died, or failed this many checks in a row, is restarted (its episodes fail over meanwhile).
+    health_check_s: float = 15.0
+    unhealthy_checks: int = 3
     # Per-request timeout and retries for transient errors.
     request_timeout_s: float = 600.0
     max_retries: int = 2
@@ -75,10 +79,13 @@ class IndexConfig:
 class ClusterConfig:
     # Ray address: null starts a local cluster; "auto" or ray://host:port joins one.
     address: Optional[str] = None
-    # Episode worker actors and episodes each one runs concurrently (asyncio).
+    # Episode worker actors and episodes each one runs concurrently (asyncio). A worker that dies
+    # is restarted by Ray and its in-flight episodes are requeued, each at most
+    # max_episode_attempts times in all (then stored as an error).
     num_workers: int = 1
     episodes_per_worker: int = 8
     worker_num_cpus: float = 0.25
+    max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
     num_cpus: Optional[int] = None
     # Exported before ray.init; Ray 2.60 wants it explicit.
@@ -287,6 +294,8 @@ def validate_model(m: ModelConfig, where: str) -> None:
             _check(m.api_key_env in os.environ, f"{where}.api_key_env",
                    f"environment variable {m.api_key_env!r} is not set")
     _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
+    _check(m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
+           "health_check_s must be > 0 and unhealthy_checks >= 1")
     _check(0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
 
 
@@ -314,6 +323,7 @@ def validate(cfg: Config) -> None:
     c = cfg.cluster
     _check(c.num_workers >= 1, "cluster.num_workers", "must be >= 1")
     _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
+    _check(c.max_episode_attempts >= 1, "cluster.max_episode_attempts", "must be >= 1")
     _check(c.ray_auth_mode in ("disabled", "token"), "cluster.ray_auth_mode", "must be disabled or token")
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")

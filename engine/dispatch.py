@@ -53,6 +53,9 @@ class WorkerSetup:
     data_json: str = ""        # benchmark config as JSON (without the task limit)
     artifacts_dir: str = ""    # RUN_DIR/artifacts: per-episode folders (shared storage on a cluster)
     model_path: str = ""       # the served model's local folder, for tokenizers ("" if external)
+    # how long a call waits for a restarted replica when none answers (0: fail at once, for
+    # external endpoints nobody restarts)
+    reroute_wait_s: float = 0.0
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -68,7 +71,8 @@ class EpisodeRunner:
         self.benchmark = get_benchmark(setup.benchmark)
         self.index = index
         self.services = services or {}
-        self.router = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica) if setup.endpoints else None
+        self.router = (Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
+                              reroute_wait_s=setup.reroute_wait_s) if setup.endpoints else None)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         # Live counters over every step taken so far (finished and in-flight episodes).
         self.live = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
@@ -100,6 +104,9 @@ class EpisodeRunner:
             row.update(status="error", error=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}",
                        finish_reason="error", output="")
         finished = time.time()
+        if llm is not None:
+            row["replica"] = llm.endpoint.replica       # where it ended (a re-routed episode moved)
+            llm.close()
         row.update(n_steps=len(ctx.steps), tokens_in=sum(x.tokens_in for x in ctx.steps),
                    tokens_out=sum(x.tokens_out for x in ctx.steps), wall_time_s=finished - started,
                    started_at=_utc(started), finished_at=_utc(finished))
@@ -127,6 +134,11 @@ class EpisodeWorker:
     async def live(self) -> dict[str, int]:
         return dict(self.runner.live)
 
+    async def set_endpoints(self, endpoints: list[Endpoint]) -> None:
+        """A replica moved (re-created on another node): route to the new addresses."""
+        if self.runner.router is not None:
+            self.runner.router.update(endpoints)
+
     async def ping(self) -> str:
         await asyncio.sleep(0)
         return self.runner.name
@@ -138,8 +150,35 @@ def start_workers(setup: WorkerSetup, index_handle: Any, num_workers: int, episo
 
     actor_cls = ray.remote(EpisodeWorker)
     # One slot more than the episodes the driver gives a worker at once: progress polls never wait.
-    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker + 1).remote(
-        setup, index_handle, f"worker-{i}", service_handles) for i in range(num_workers)]
+    # A worker that dies (its process or node) is restarted by Ray; the driver requeues the
+    # episodes it had in flight (Ray does not retry them: max_task_retries=0).
+    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker + 1, max_restarts=-1,
+                              max_task_retries=0).remote(setup, index_handle, f"worker-{i}", service_handles)
+            for i in range(num_workers)]
+
+
+def unstarted_row(setup: WorkerSetup, spec: EpisodeSpec, status: str, error: str) -> dict[str, Any]:
+    """The row of an episode that produced no result of its own (its worker was lost on every
+    attempt, or the run stopped before it started): stored so that nothing is lost silently;
+    a re-run plans it again (only ok rows count as finished)."""
+    now = _utc(time.time())
+    return {"episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": setup.benchmark,
+            "task_id": spec.task_id, "model": setup.model_name if setup.uses_model else "none",
+            "agent": setup.agent_json, "data": setup.data_json, "seed": spec.seed, "worker": "", "replica": -1,
+            "status": status, "error": error, "finish_reason": status, "output": "", "n_steps": 0, "tokens_in": 0,
+            "tokens_out": 0, "wall_time_s": 0.0, "started_at": now, "finished_at": now}
+
+
+def _worker_lost() -> tuple[type[BaseException], ...]:
+    try:
+        from ray.exceptions import ObjectLostError, RayActorError, WorkerCrashedError
+    except ImportError:  # pragma: no cover - Ray is a dependency
+        return ()
+    return (RayActorError, ObjectLostError, WorkerCrashedError)
+
+
+# What ray.get raises when a worker died with an episode in flight (the driver requeues it).
+WORKER_LOST = _worker_lost()
 
 
 def agent_json(agent_cfg: Any) -> str:

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -118,20 +118,137 @@ class ChatClient:
         await self._client.close()
 
 
-@dataclass
-class Router:
-    """Sticky routing: all turns of an episode go to one replica, so its prefix cache is reused."""
-    endpoints: list[Endpoint]
-    sampling: SamplingParams
-    max_inflight_per_replica: int = 8
-    _clients: dict[int, ChatClient] = field(default_factory=dict)
+def unreachable(e: BaseException) -> bool:
+    """The endpoint itself failed (connection refused or reset, timeout, 502/503/504), as opposed
+    to an answer about this request: another replica may serve the call."""
+    cause = e.__cause__ or e
+    if type(cause).__name__ in ("APIConnectionError", "APITimeoutError", "ConnectError", "ReadError",
+                                "RemoteProtocolError", "ConnectionError", "TimeoutError"):
+        return True
+    return getattr(cause, "status_code", None) in (502, 503, 504)
 
-    def client_for(self, episode_id: str) -> ChatClient:
-        i = zlib.crc32(episode_id.encode()) % len(self.endpoints)
-        if i not in self._clients:
-            self._clients[i] = ChatClient(self.endpoints[i], self.sampling, self.max_inflight_per_replica)
-        return self._clients[i]
+
+class Router:
+    """Load-aware sticky routing over a model's replicas.
+
+    A new episode goes to the healthy replica with the fewest active episodes (ties spread by a
+    hash of the episode id) and stays there while it is healthy, so every turn reuses that
+    replica's prefix cache. A call that finds its replica unreachable marks it unhealthy and is
+    re-routed to the least-loaded live replica (the episode sticks to the new one); when none is
+    live, the call waits for one to answer ``/health`` again (a restarted server) for up to
+    ``reroute_wait_s``. An unhealthy replica is probed again after ``recheck_s``. The driver
+    pushes new endpoint lists (a replica re-created elsewhere) with :meth:`update`."""
+
+    def __init__(self, endpoints: list[Endpoint], sampling: SamplingParams, max_inflight_per_replica: int = 8,
+                 reroute_wait_s: float = 0.0, recheck_s: float = 5.0) -> None:
+        self.endpoints = list(endpoints)
+        self.sampling = sampling
+        self.max_inflight_per_replica = max_inflight_per_replica
+        self.reroute_wait_s = reroute_wait_s
+        self.recheck_s = recheck_s
+        self._clients: dict[str, ChatClient] = {}          # by base_url
+        self._down: dict[int, float] = {}                   # replica index -> when marked unhealthy
+        self._sticky: dict[str, int] = {}                   # episode id -> replica index
+        self.reroutes = 0
+
+    # -- state -------------------------------------------------------------------------------
+    def update(self, endpoints: list[Endpoint]) -> None:
+        """New endpoints (same replica indices, possibly new URLs): every replica is tried again."""
+        self.endpoints = list(endpoints)
+        self._down.clear()
+
+    def healthy(self, i: int) -> bool:
+        t = self._down.get(i)
+        return t is None or time.monotonic() - t >= self.recheck_s
+
+    def mark_down(self, i: int) -> None:
+        self._down[i] = time.monotonic()
+
+    def load(self) -> list[int]:
+        """Active (sticky) episodes per replica."""
+        n = [0] * len(self.endpoints)
+        for i in self._sticky.values():
+            n[i] += 1
+        return n
+
+    def pick(self, episode_id: str) -> int:
+        i = self._sticky.get(episode_id)
+        if i is not None and i < len(self.endpoints) and self.healthy(i):
+            return i
+        live = [j for j in range(len(self.endpoints)) if self.healthy(j)] or list(range(len(self.endpoints)))
+        load, h = self.load(), zlib.crc32(episode_id.encode())
+        j = min(live, key=lambda j: (load[j], (h + j) % len(self.endpoints)))
+        self._sticky[episode_id] = j
+        return j
+
+    def release(self, episode_id: str) -> None:
+        """The episode is over: it no longer counts toward its replica's load."""
+        self._sticky.pop(episode_id, None)
+
+    def client(self, i: int) -> ChatClient:
+        ep = self.endpoints[i]
+        if ep.base_url not in self._clients:
+            self._clients[ep.base_url] = ChatClient(ep, self.sampling, self.max_inflight_per_replica)
+        return self._clients[ep.base_url]
+
+    def client_for(self, episode_id: str) -> "EpisodeClient":
+        return EpisodeClient(self, episode_id)
+
+    async def wait_for_health(self, deadline: float) -> None:
+        """Until some replica answers ``/health`` (or the deadline): a restarted server."""
+        import httpx
+
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            while time.monotonic() < deadline:
+                for i, ep in enumerate(self.endpoints):
+                    root = ep.base_url[:-3] if ep.base_url.endswith("/v1") else ep.base_url
+                    try:
+                        if (await http.get(root + "/health")).status_code == 200:
+                            self._down.pop(i, None)
+                            return
+                    except httpx.HTTPError:
+                        pass
+                await asyncio.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
 
     async def close(self) -> None:
         for c in self._clients.values():
             await c.close()
+
+
+class EpisodeClient:
+    """What an episode holds as ``ctx.llm``: the router's client for its sticky replica, with
+    failover. Same ``chat`` as :class:`ChatClient`."""
+
+    def __init__(self, router: Router, episode_id: str) -> None:
+        self.router = router
+        self.episode_id = episode_id
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.router.endpoints[self.router.pick(self.episode_id)]
+
+    async def chat(self, *args: Any, **kwargs: Any) -> Completion:
+        r = self.router
+        deadline = time.monotonic() + r.reroute_wait_s
+        while True:
+            i = r.pick(self.episode_id)
+            try:
+                return await r.client(i).chat(*args, **kwargs)
+            except RequestRejected:
+                raise
+            except GenerationError as e:
+                if not unreachable(e):
+                    raise
+                r.mark_down(i)
+                if not any(r.healthy(j) for j in range(len(r.endpoints))):
+                    if time.monotonic() >= deadline:
+                        raise
+                    await r.wait_for_health(deadline)        # a restarted server, or the deadline
+                    if not any(r.healthy(j) for j in range(len(r.endpoints))):
+                        raise
+                r.reroutes += 1
+                log.warning("replica %d (%s) unreachable (%s); re-routing episode %s", i, r.endpoints[i].base_url,
+                            e, self.episode_id)
+
+    def close(self) -> None:
+        self.router.release(self.episode_id)

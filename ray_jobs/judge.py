@@ -82,7 +82,9 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
     answer into the stored value or None (malformed: retried, then stored as a failure);
     results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
     # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
-    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1), j.max_inflight)
+    # no waiting for a dead judge to come back: the call fails and the next stage run asks again
+    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1), j.max_inflight,
+                    reroute_wait_s=0.0)
     buf: list[dict[str, Any]] = []
     last_flush = [time.monotonic()]
     stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
@@ -108,6 +110,7 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
                 break
             row["error"] = f"{MALFORMED}: {c.text[:200]!r}"
             stats["retried"] += attempt < j.max_attempts
+        client.close()                      # no longer counts toward its replica's load
         stats["ok" if row["ok"] else "failed"] += 1
         stats["tokens_in"] += row["tokens_in"]
         stats["tokens_out"] += row["tokens_out"]

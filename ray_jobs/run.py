@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import Config, ModelConfig, stable_hash, to_plain, validate
-from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
+from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, unstarted_row
 from engine.judges import SELF_JUDGED, judged_views, self_judged_note
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
@@ -137,16 +137,22 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
             inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
             top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model,
             data_json=data_identity(cfg), artifacts_dir=str(p.run_dir / "artifacts"),
-            model_path=m.path if m.kind == "vllm" else "")
+            model_path=m.path if m.kind == "vllm" else "",
+            # a hosted replica that dies is restarted by the driver: calls wait for it that long
+            reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0)
         workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus, services)
         # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
         # finish: faster workers take more, and the actor keeps a free slot for progress polls.
         queue = list(reversed(p.todo))
-        pending: dict[Any, int] = {}
+        pending: dict[Any, tuple[int, EpisodeSpec]] = {}
+        attempts: dict[str, int] = defaultdict(int)
+        pool = session.pool_of(m) if uses_model else None
 
         def submit(w: int) -> None:
             if queue:
-                pending[workers[w].run.remote(queue.pop())] = w
+                spec = queue.pop()
+                attempts[spec.episode_id] += 1
+                pending[workers[w].run.remote(spec)] = (w, spec)
 
         for _ in range(c.episodes_per_worker):
             for w in range(len(workers)):
@@ -154,14 +160,14 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
         progress = Progress(len(p.todo), cfg.run.progress)
         buf_e: list[dict[str, Any]] = []
         buf_s: list[dict[str, Any]] = []
-        last_flush = last_poll = time.monotonic()
-        failures = 0
+        last_flush = last_poll = last_health = time.monotonic()
+        failures = requeued = 0
         totals = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
 
         def poll_live() -> None:
             try:
                 lives = ray.get([w.live.remote() for w in workers], timeout=10)
-            except Exception:  # progress is best effort
+            except Exception:  # progress is best effort (a worker may be restarting)
                 return
             for key in totals:
                 totals[key] = sum(x[key] for x in lives)
@@ -172,8 +178,23 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 for ref in ready:
-                    worker = pending.pop(ref)
-                    res = ray.get(ref)
+                    worker, spec = pending.pop(ref)
+                    try:
+                        res = ray.get(ref)
+                    except WORKER_LOST as e:
+                        # the worker died with the episode in flight (process or node lost): Ray
+                        # restarts the actor; the episode goes back to the front of the queue, and
+                        # only a result ever reaches the store, so it is stored exactly once
+                        if attempts[spec.episode_id] < c.max_episode_attempts:
+                            log.warning("worker %d lost episode %s (%s): requeued (attempt %d of %d)", worker,
+                                        spec.episode_id, type(e).__name__, attempts[spec.episode_id] + 1,
+                                        c.max_episode_attempts)
+                            queue.append(spec)
+                            requeued += 1
+                            submit(worker)
+                            continue
+                        res = {"episode": unstarted_row(setup, spec, "error", f"{type(e).__name__}: worker lost "
+                                                        f"{attempts[spec.episode_id]} times: {e}"), "steps": []}
                     buf_e.append(res["episode"])
                     buf_s.extend(res["steps"])
                     progress.update(res["episode"])
@@ -189,11 +210,16 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
                 if time.monotonic() - last_poll >= 5.0:
                     poll_live()
                     last_poll = time.monotonic()
+                if pool is not None and time.monotonic() - last_health >= m.health_check_s:
+                    if pool.check():            # a replica moved: workers route to its new address
+                        ray.get([w.set_endpoints.remote(pool.endpoints) for w in workers], timeout=60)
+                    last_health = time.monotonic()
                 progress.render()
             poll_live()
         finally:
             if buf_e:
                 store.write_batch(buf_e, buf_s)
+        info.update(requeued=requeued, replica_restarts=pool.restarts if pool is not None else 0)
         info.update(run_s=time.time() - t_run, failures=failures, steps=progress.steps,
                     tokens_in=progress.tokens_in, tokens_out=progress.tokens_out,
                     index_stats=ray.get(index.get_stats.remote()) if index is not None else None,

@@ -85,6 +85,11 @@ class Session:
         self.pools[key] = (pool, endpoints)
         return endpoints
 
+    def pool_of(self, m: ModelConfig) -> Any | None:
+        """The running pool of ``m`` (None when it is not hosted in this session)."""
+        entry = self.pools.get(self.key(m))
+        return entry[0] if entry is not None else None
+
     @staticmethod
     def key(m: ModelConfig) -> str:
         return stable_hash(to_plain(m))

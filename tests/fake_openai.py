@@ -17,7 +17,7 @@ Responder = Callable[[list[dict[str, Any]], dict[str, Any]], "str | tuple[int, s
 
 
 class FakeOpenAI:
-    def __init__(self, responder: Responder, delay_s: float = 0.0) -> None:
+    def __init__(self, responder: Responder, delay_s: float = 0.0, port: int = 0) -> None:
         self.responder = responder
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
@@ -76,7 +76,8 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ThreadingHTTPServer.allow_reuse_address = True     # a restarted server takes its old port at once
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

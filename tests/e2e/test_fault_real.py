@@ -1,0 +1,76 @@
+"""A replica killed mid-run on real parts (issue 11, part 3): the vLLM server of the only replica
+is SIGKILLed while episodes are in flight; the driver's health check restarts it, the episodes'
+calls wait for it and go on, and the run completes with every episode ok and stored once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from engine.benchmarks.livenews import BENCHMARK
+from engine.hosting.prepare_model import default_model_dir, is_prepared
+from engine.hosting.replica import replica_log_name
+from engine.storage import EpisodeStore
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+QWEN = "qwen2.5-coder-0.5b-instruct"
+
+
+def _kill_server_after(parent: int, log: Path, requests: int, killed: list[int]) -> None:
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        if log.exists() and log.read_text(errors="replace").count("POST /v1/chat/completions") >= requests:
+            break
+        time.sleep(1)
+    try:
+        procs = psutil.Process(parent).children(recursive=True)
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            if any("vllm.entrypoints.openai.api_server" in part for part in p.cmdline()):
+                os.killpg(p.pid, signal.SIGKILL)        # the server and its engine core
+                killed.append(p.pid)
+                return
+        except psutil.Error:
+            continue
+
+
+def test_a_killed_replica_is_restarted_and_the_run_completes(tmp_path):
+    if not is_prepared(default_model_dir()):
+        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "ray_jobs.run", "benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4",
+           "agent.max_searches=2", "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none",
+           "model.health_check_s=3", "model.unhealthy_checks=1", f"run.dir={tmp_path}", "run.progress=false"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_server_after,
+                              args=(proc.pid, tmp_path / "logs" / replica_log_name(QWEN, 0), 4, killed))
+    killer.start()
+    out, err = proc.communicate(timeout=1700)
+    killer.join()
+    assert proc.returncode == 0, err[-4000:]
+    assert killed, "the vLLM server was not found to kill"
+
+    info = json.loads(sorted(tmp_path.glob("run-*.json"))[-1].read_text())
+    assert info["replica_restarts"] >= 1
+    log = (tmp_path / "logs" / replica_log_name(QWEN, 0)).read_text(errors="replace")
+    assert log.count("Application startup complete") >= 2           # started, killed, started again
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    eps = store.episodes().to_pylist()
+    assert len(eps) == 4 and all(e["status"] == "ok" for e in eps), [e["error"][:300] for e in eps]
+    raw = [r["episode_id"] for f in sorted((tmp_path / "episodes").glob("part-*.parquet"))
+           for r in pq.read_table(f, columns=["episode_id"]).to_pylist()]
+    assert sorted(raw) == sorted(e["episode_id"] for e in eps)

@@ -1,0 +1,145 @@
+"""Fault tolerance (issue 11, part 3): a load-aware sticky router that fails over to live
+replicas and waits for a restarted one, and a run whose worker process is killed mid-episode:
+the worker restarts, its in-flight episodes are requeued, and every episode is stored exactly
+once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from engine.benchmarks.livenews import BENCHMARK as LIVE
+from engine.llm import Endpoint, GenerationError, Router, SamplingParams
+from engine.storage import EpisodeStore
+from ray_jobs.configs import compose
+from ray_jobs.run import run
+from ray_jobs.session import Session
+from tests.e2e.test_sweep_session import responder
+from tests.fake_openai import FakeOpenAI
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def test_router_is_load_aware_and_sticky():
+    r = Router([Endpoint(f"http://{h}/v1", "m", replica=i) for i, h in enumerate("abc")], SamplingParams())
+    picks = [r.pick(f"e{i}") for i in range(9)]
+    assert sorted(picks) == [0, 0, 0, 1, 1, 1, 2, 2, 2]                 # least-loaded first
+    assert [r.pick(f"e{i}") for i in range(9)] == picks                  # sticky while healthy
+    for i, p in enumerate(picks):
+        if p == 0:
+            r.release(f"e{i}")
+    assert [r.pick(f"new{i}") for i in range(3)] == [0, 0, 0]            # the freed replica fills up
+    r.mark_down(1)
+    moved = [r.pick(f"e{i}") for i, p in enumerate(picks) if p == 1]
+    assert 1 not in moved                                                # an unhealthy replica is left
+
+
+def test_a_call_fails_over_to_a_live_replica():
+    with FakeOpenAI(lambda m, q: "from a") as a:
+        dead = FakeOpenAI(lambda m, q: "from b")
+        url_b = dead.base_url
+        dead.server.server_close()                                       # replica b: connection refused
+        r = Router([Endpoint(url_b, "m", replica=0), Endpoint(a.base_url, "m", replica=1)],
+                   SamplingParams(max_retries=0, timeout_s=5))
+        client = r.client_for("episode")
+        assert client.endpoint.replica == 0                              # both idle: the hash picked b
+
+        async def go():
+            try:
+                return await client.chat(MSG, 8)
+            finally:
+                await r.close()
+        assert asyncio.run(go()).text == "from a"
+        assert r.reroutes == 1 and client.endpoint.replica == 1          # it sticks to the live one now
+
+
+def test_a_call_waits_for_a_restarted_server():
+    first = FakeOpenAI(lambda m, q: "old")
+    port = first.server.server_address[1]
+    first.server.server_close()                                          # the only replica is down
+    restarted: list[FakeOpenAI] = []
+
+    def restart_later():
+        time.sleep(1.5)
+        srv = FakeOpenAI(lambda m, q: "after restart", port=port)
+        srv.__enter__()
+        restarted.append(srv)
+
+    t = threading.Thread(target=restart_later)
+    t.start()
+    r = Router([Endpoint(f"http://127.0.0.1:{port}/v1", "m")], SamplingParams(max_retries=0, timeout_s=5),
+               reroute_wait_s=30, recheck_s=0.5)
+
+    async def go():
+        try:
+            return await r.client_for("e").chat(MSG, 8)
+        finally:
+            await r.close()
+    try:
+        assert asyncio.run(go()).text == "after restart"
+    finally:
+        t.join()
+        for srv in restarted:
+            srv.__exit__(None, None, None)
+    # with no time to wait, a dead endpoint ends the call (the judge stage asks again next run)
+    r0 = Router([Endpoint(f"http://127.0.0.1:{port}/v1", "m")], SamplingParams(max_retries=0, timeout_s=5),
+                reroute_wait_s=0)
+
+    async def go0():
+        try:
+            await r0.client_for("e").chat(MSG, 8)
+        finally:
+            await r0.close()
+    with pytest.raises(GenerationError):
+        asyncio.run(go0())
+
+
+def _kill_one_worker_when(srv: FakeOpenAI, after_requests: int, killed: list[int]) -> None:
+    import psutil
+
+    deadline = time.time() + 120
+    while time.time() < deadline and len(srv.requests) < after_requests:
+        time.sleep(0.05)
+    # only this test's cluster: the local Ray cluster's processes descend from this process
+    for proc in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmd = proc.cmdline()
+        except psutil.Error:
+            continue
+        if any("EpisodeWorker" in part for part in cmd):
+            os.kill(proc.pid, signal.SIGKILL)
+            killed.append(proc.pid)
+            return
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_worker_restarts_and_its_episodes_are_stored_exactly_once(tmp_path):
+    with FakeOpenAI(responder, delay_s=0.4) as srv:
+        cfg = compose(["benchmark=livenews", "agent=livenews", "model=openai_compatible",
+                       f"model.base_url={srv.base_url}", "model.name=fake", "model.api_key_env=",
+                       f"run.dir={tmp_path}", "run.progress=false", "cluster.num_cpus=4", "cluster.num_workers=2",
+                       "cluster.episodes_per_worker=3", "judge=none"])
+        killed: list[int] = []
+        killer = threading.Thread(target=_kill_one_worker_when, args=(srv, 6, killed))
+        killer.start()
+        session = Session()
+        try:
+            info = run(cfg, session)
+        finally:
+            killer.join()
+            session.close()
+    assert killed, "no worker process was found to kill"
+    assert info["requeued"] >= 1
+    store = EpisodeStore(tmp_path, LIVE.episode_fields)
+    eps = store.episodes().to_pylist()
+    assert len(eps) == 12 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
+    raw = [r["episode_id"] for f in sorted((tmp_path / "episodes").glob("part-*.parquet"))
+           for r in pq.read_table(f, columns=["episode_id"]).to_pylist()]
+    assert sorted(raw) == sorted(e["episode_id"] for e in eps)          # exactly once, even before dedup
+    assert len({e["worker"] for e in eps}) == 2
