@@ -307,6 +307,10 @@ def validate_judge(j: JudgeConfig) -> None:
         if j.api_key_env:
             _check(j.api_key_env in os.environ, "judge.api_key_env",
                    f"environment variable {j.api_key_env!r} is not set")
+    if j.kind == "hosted" and j.model and j.hosted_model is None:
+        raise ConfigError("judge.model: a hosted judge is the model under test unless judge.hosted_model is set; "
+                          "to host another model as judge use judge=hosted_model (judge.hosted_model.name=..., "
+                          ".path=...), or judge=openai_compatible for an endpoint")
     if j.hosted_model is not None:
         _check(j.kind == "hosted", "judge.hosted_model", f"only for judge.kind=hosted, got kind={j.kind!r}")
         validate_model(j.hosted_model, "judge.hosted_model")

@@ -132,6 +132,15 @@ def test_a_hosted_judge_model_of_its_own(tmp_path):
     assert {r["judge_model"] for r in rows} == {"judge-b"} and not any(r["self_judged"] for r in rows)
 
 
+def test_a_hosted_judge_named_without_its_model_is_a_config_error():
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="judge.model: a hosted judge is the model under test"):
+        compose(["benchmark=livenews", "agent=livenews", "judge.model=some-other-model"])
+    with pytest.raises(ConfigError, match="judge.hosted_model.path"):
+        compose(["benchmark=livenews", "agent=livenews", "judge=hosted_model", "judge.hosted_model.path="])
+
+
 def test_session_keeps_the_judge_pool_next_to_the_model():
     def ext(name: str) -> ModelConfig:
         return ModelConfig(name=name, kind="openai_compatible", base_url=f"http://127.0.0.1:9/{name}")
