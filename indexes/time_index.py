@@ -5,8 +5,17 @@ Vectors are stored sorted by date, so "dated strictly before D" is the row prefi
 On CPU ("prefix" mode) that call is ``faiss.knn`` over the prefix, a zero-copy slice: exact,
 BLAS-backed, and no excluded row is ever scored (3x faster than an ``IDSelectorRange`` on an
 ``IndexFlatIP``, which scans row by row). On GPU ("overfetch" mode) the vectors stay resident
-in a ``GpuIndexFlatIP``; a group searches the whole index and keeps rows inside the prefix,
-doubling the fetch until k valid rows are found or the index is exhausted, which is exact too.
+in a ``GpuIndexFlatIP``; a group searches the whole index for its top ``fetch`` rows and keeps
+those inside the prefix. FAISS GPU k-selection rejects k > ``GPU_MAX_K`` (its
+``GPU_MAX_SELECTION_K``, 2048), so ``fetch`` is capped there. ``fetch = k + (ntotal - n_cut)``
+always yields k valid rows, so when that fits under the cap one call is exact; otherwise one
+capped call is tried when the prefix is large enough to expect k valid rows among the top
+``GPU_MAX_K`` (late cutoffs, the common case), and every query still short of k valid rows, or
+every query of a group whose prefix is too small for that, gets an exact search over the
+prefix alone: ``faiss.knn_gpu`` (brute force, the prefix as database, no over-fetch; k <=
+``GPU_MAX_K`` as well) or, for k > ``GPU_MAX_K``, CPU ``faiss.knn``. No FAISS GPU call ever asks
+for more than ``GPU_MAX_K`` results, and no row dated on or after the cutoff is returned.
+Tests lower ``GPU_MAX_K`` and run this algorithm on a CPU index (``use_mode("overfetch")``).
 Scores are inner products of unit vectors, i.e. cosine similarity.
 """
 
@@ -15,11 +24,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+# FAISS GPU k-selection limit (GPU_MAX_SELECTION_K: 2048 in current builds, 1024 in some old
+# ones; 16384 with cuVS). Every FAISS GPU search here asks for at most this many results.
+# Tests lower it to exercise the capped path on CPU.
+GPU_MAX_K = 2048
 
 
 @dataclass(frozen=True)
@@ -60,9 +74,12 @@ class TimeAwareIndex:
         self.on_gpu = bool(use_gpu)
         self.mode = "overfetch" if self.on_gpu else "prefix"
         self._flat: Any = None
+        # exact top-k over a prefix when the capped over-fetch falls short (k <= GPU_MAX_K)
+        self._prefix_knn: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] = _cpu_knn
         if self.on_gpu:  # pragma: no cover - no GPU in CI
             self._res = faiss.StandardGpuResources()
             self._flat = faiss.index_cpu_to_gpu(self._res, 0, self._flat_cpu())
+            self._prefix_knn = self._gpu_knn
 
     def _flat_cpu(self) -> Any:
         import faiss
@@ -108,24 +125,41 @@ class TimeAwareIndex:
         return results
 
     def _search_prefix(self, q: np.ndarray, n_cut: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        import faiss
-
         if self.mode == "prefix":
-            return faiss.knn(q, self.sorted_vectors[:n_cut], k, metric=faiss.METRIC_INNER_PRODUCT)
-        fetch = min(self.ntotal, max(2 * k, k + (self.ntotal - n_cut)) if n_cut < self.ntotal else k)
-        while True:
-            scores, idx = self._flat.search(q, fetch)
-            valid = (idx >= 0) & (idx < n_cut)
-            if fetch >= self.ntotal or np.all(valid.sum(axis=1) >= k):
-                break
-            fetch = min(self.ntotal, fetch * 2)
+            return _cpu_knn(q, self.sorted_vectors[:n_cut], k)
+        limit = GPU_MAX_K
         out_s = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_i = np.full((len(q), k), -1, dtype=np.int64)
-        for r in range(len(q)):
-            keep = np.nonzero(valid[r])[0][:k]
-            out_s[r, : len(keep)] = scores[r, keep]
-            out_i[r, : len(keep)] = idx[r, keep]
+        todo = np.arange(len(q))
+        # k + (ntotal - n_cut) results always hold k rows of the prefix (k <= n_cut).
+        need = min(self.ntotal, k + (self.ntotal - n_cut))
+        # Above the cap, try one capped call only if ~2k of its rows are expected in the prefix.
+        if k <= limit and (need <= limit or limit * n_cut >= 2 * k * self.ntotal):
+            fetch = min(need, limit)
+            scores, idx = self._flat.search(q, fetch)
+            valid = (idx >= 0) & (idx < n_cut)
+            done = valid.sum(axis=1) >= k
+            for r in np.nonzero(done)[0]:
+                keep = np.nonzero(valid[r])[0][:k]
+                out_s[r] = scores[r, keep]
+                out_i[r] = idx[r, keep]
+            todo = np.nonzero(~done)[0]
+        if len(todo):
+            knn = self._prefix_knn if k <= limit else _cpu_knn
+            s, i = knn(np.ascontiguousarray(q[todo]), self.sorted_vectors[:n_cut], k)
+            out_s[todo], out_i[todo] = s, i
         return out_s, out_i
+
+    def _gpu_knn(self, q: np.ndarray, xb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+        import faiss
+
+        return faiss.knn_gpu(self._res, q, xb, k, metric=faiss.METRIC_INNER_PRODUCT)
+
+
+def _cpu_knn(q: np.ndarray, xb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    import faiss
+
+    return faiss.knn(q, xb, k, metric=faiss.METRIC_INNER_PRODUCT)
 
 
 def brute_force_search(vectors: np.ndarray, dates: Sequence[dt.date] | np.ndarray, queries: np.ndarray,
