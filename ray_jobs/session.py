@@ -37,6 +37,8 @@ class Session:
 
     # -- ray ---------------------------------------------------------------------------------
     def ensure_ray(self, cfg: Config, needed_cpus: float) -> None:
+        import json
+
         import ray
 
         os.environ.setdefault("RAY_AUTH_MODE", cfg.cluster.ray_auth_mode)
@@ -48,14 +50,38 @@ class Session:
                     **runtime_env.pop("env_vars", {})}
         if "DATELINE_CACHE" in os.environ:
             env_vars["DATELINE_CACHE"] = os.environ["DATELINE_CACHE"]
-        if cfg.cluster.address:
-            ray.init(address=cfg.cluster.address, runtime_env={"env_vars": env_vars, **runtime_env},
-                     log_to_driver=True)
+        address = cfg.cluster.address
+        # Inside a submitted job (`ray job submit`, a KubeRay RayJob) the job supervisor passes the
+        # job's runtime_env here; ray.init merges ours into it and raises ValueError ("Failed to merge
+        # the Job's runtime env ...") on any field or env var key both set, even to equal values. The
+        # job's own settings win (its env vars are already in this driver's environment): ours only
+        # add what the job leaves unset.
+        job_json = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+        if job_json is not None:
+            job_env = (json.loads(job_json) or {}).get("runtime_env") or {}
+            job_vars = job_env.get("env_vars") or {}
+            for k in [k for k in env_vars if k in job_vars]:
+                if str(env_vars[k]) != str(job_vars[k]):
+                    log.warning("env var %s: the Ray job's runtime_env sets %r, keeping it over %r", k,
+                                job_vars[k], env_vars[k])
+                del env_vars[k]
+            for k in [k for k in runtime_env if k in job_env]:
+                if runtime_env[k] != job_env[k]:
+                    log.warning("runtime_env %s: the Ray job's %r is kept over cluster.runtime_env's %r", k,
+                                job_env[k], runtime_env[k])
+                del runtime_env[k]
+            if not address:     # a job's driver cannot start a cluster of its own: join the job's
+                log.warning("running inside a Ray job: joining its cluster (cluster.address=auto)")
+                address = "auto"
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
+        if address:
+            ray.init(address=address, runtime_env=runtime_env or None, log_to_driver=True)
         else:
             # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
             num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
             ray.init(num_cpus=num_cpus, include_dashboard=False,
-                     runtime_env={"env_vars": env_vars, **runtime_env}, log_to_driver=True,
+                     runtime_env=runtime_env, log_to_driver=True,
                      logging_level=logging.WARNING)
         self._ray_started_here = True
 
