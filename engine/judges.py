@@ -100,5 +100,5 @@ def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[
 
 def self_judged_note(judge_model: str) -> str:
     """The sentence every self-judged table carries."""
-    return (f"{SELF_JUDGED.capitalize()}: {judge_model} judged its own outputs. These judge-based numbers say what "
-            f"the model under test thinks of itself; they are not measurements of quality.")
+    return (f"{judge_model} judged its own outputs. These judge-based numbers say what the model under test "
+            f"thinks of itself; they are not measurements of quality.")
