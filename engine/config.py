@@ -95,6 +95,22 @@ class ClusterConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """Caps on what one configuration may spend in a run directory, counted over every run of it
+    there (docs/design/budget.md). Null: no cap. At a cap no new model call starts, in-flight calls
+    finish, unfinished episodes are stored as ``budget_exhausted``; the same command with a larger
+    budget resumes them."""
+    # US dollars: tokens at model.price_*_per_mtok plus replica uptime at model.price_gpu_hour.
+    max_usd: Optional[float] = None
+    # Prompt tokens, as the server reports them (a call reserves its estimate until it settles).
+    max_input_tokens: Optional[int] = None
+    # Completion tokens (a call reserves its max_tokens until it settles).
+    max_output_tokens: Optional[int] = None
+    # Replica uptime in GPU hours (GPUs per replica; a CPU-only replica counts one per hour).
+    max_gpu_hours: Optional[float] = None
+
+
+@dataclass
 class RunConfig:
     # Run directory: the Parquet dataset lives here. Re-running with the same dir resumes.
     dir: str = "runs/default"
@@ -110,6 +126,8 @@ class RunConfig:
     progress: bool = True
     # Stop the run (in-flight episodes finish) once this many episodes fail; 0 = never.
     max_failures: int = 0
+    # Spending caps (run.budget.max_usd=20 ...); all null by default.
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
 
 
 @dataclass
@@ -332,6 +350,9 @@ def validate(cfg: Config) -> None:
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
     _check(bool(r.dir), "run.dir", "required")
+    for cap in ("max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours"):
+        v = getattr(r.budget, cap)
+        _check(v is None or v >= 0, f"run.budget.{cap}", f"must be >= 0 or null, got {v!r}")
     validate_judge(cfg.judge)
     from engine.benchmarks import get_benchmark
 

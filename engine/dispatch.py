@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.benchmarks import get_benchmark
+from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, Reservation, Spend, current_gate
+from engine.cost import Prices
 from engine.llm import Endpoint, Router, SamplingParams
 from engine.protocol import EpisodeContext, IndexClient, dumps
 from engine.storage import step_rows
@@ -56,6 +58,12 @@ class WorkerSetup:
     # how long a call waits for a restarted replica when none answers (0: fail at once, for
     # external endpoints nobody restarts)
     reroute_wait_s: float = 0.0
+    # the run's BudgetActor (run.budget caps), shared by all workers; None: no caps
+    budget: Any = None
+
+
+# status of an episode stopped by run.budget (its own calls refused, or never started)
+BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -74,6 +82,7 @@ class EpisodeRunner:
         self.router = (Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
                               reroute_wait_s=setup.reroute_wait_s) if setup.endpoints else None)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.gate = remote_gate(setup.budget) if setup.budget is not None else None
         # Live counters over every step taken so far (finished and in-flight episodes).
         self.live = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
 
@@ -95,14 +104,23 @@ class EpisodeRunner:
             "task_id": spec.task_id, "model": s.model_name if s.uses_model else "none", "agent": s.agent_json,
             "data": s.data_json, "seed": spec.seed, "worker": self.name, "replica": llm.endpoint.replica if llm else -1,
         }
+        gated = current_gate.set(self.gate) if self.gate is not None else None   # this episode's task only
         try:
             outcome = await self.benchmark.run_episode(spec.task, ctx)
             row.update(status="ok", error="", finish_reason=outcome.finish_reason, output=outcome.output,
                        **outcome.extras)
+        except BudgetExhausted as e:
+            # not a result and not a failure: a re-run with a larger budget runs it again
+            log.info("episode %s (%s) stopped: %s", spec.episode_id, spec.task_id, e)
+            row.update(status=BUDGET_EXHAUSTED, error=f"BudgetExhausted: {e}", finish_reason=BUDGET_EXHAUSTED,
+                       output="")
         except Exception as e:  # noqa: BLE001 - recorded, the run goes on
             log.warning("episode %s (%s) failed: %s", spec.episode_id, spec.task_id, e)
             row.update(status="error", error=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}",
                        finish_reason="error", output="")
+        finally:
+            if gated is not None:
+                current_gate.reset(gated)
         finished = time.time()
         if llm is not None:
             row["replica"] = llm.endpoint.replica       # where it ended (a re-routed episode moved)
@@ -167,6 +185,44 @@ def unstarted_row(setup: WorkerSetup, spec: EpisodeSpec, status: str, error: str
             "agent": setup.agent_json, "data": setup.data_json, "seed": spec.seed, "worker": "", "replica": -1,
             "status": status, "error": error, "finish_reason": status, "output": "", "n_steps": 0, "tokens_in": 0,
             "tokens_out": 0, "wall_time_s": 0.0, "started_at": now, "finished_at": now}
+
+
+class BudgetActor:
+    """Body of the run's budget actor (made remote in :func:`start_budget_actor`): one
+    :class:`~engine.budget.Budget` every worker's calls reserve from, so concurrent episodes on
+    all workers see one ledger. Async: a call waiting for room never blocks a settle."""
+
+    def __init__(self, caps: Caps, prices: Prices, initial: Spend, ttl_s: float) -> None:
+        self.budget = Budget(caps, prices, initial, ttl_s)
+
+    async def acquire(self, est_in: int, est_out: int) -> tuple[Reservation | None, str]:
+        r = await self.budget.acquire(est_in, est_out)
+        return r, self.budget.reason
+
+    async def settle(self, r: Reservation, tokens_in: int, tokens_out: int) -> None:
+        self.budget.settle(r, tokens_in, tokens_out)
+
+    async def set_uptime(self, seconds: float) -> None:
+        self.budget.set_uptime(seconds)
+
+    async def exhausted(self) -> str:
+        return self.budget.exhausted()
+
+    async def summary(self) -> dict[str, Any]:
+        return self.budget.summary()
+
+
+def start_budget_actor(caps: Caps, prices: Prices, initial: Spend, ttl_s: float) -> Any:
+    import ray
+
+    # no CPU of its own (it only does arithmetic); enough concurrency for every waiting call
+    return ray.remote(BudgetActor).options(num_cpus=0, max_concurrency=10_000, max_restarts=0).remote(
+        caps, prices, initial, ttl_s)
+
+
+def remote_gate(actor: Any) -> BudgetGate:
+    """The gate a worker's calls go through: the budget actor's methods (Ray refs are awaitable)."""
+    return BudgetGate(lambda a, b: actor.acquire.remote(a, b), lambda r, a, b: actor.settle.remote(r, a, b))
 
 
 def _worker_lost() -> tuple[type[BaseException], ...]:

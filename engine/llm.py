@@ -15,6 +15,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from engine.budget import current_gate
+
 log = logging.getLogger(__name__)
 
 
@@ -67,7 +69,13 @@ class SamplingParams:
 
 
 class ChatClient:
-    def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8) -> None:
+    """``gate`` (an :class:`engine.budget.BudgetGate`): every call reserves its worst case before
+    it is sent and settles after; a refused call raises :class:`engine.budget.BudgetExhausted`
+    and sends nothing. Without one, the gate of the calling context applies
+    (``engine.budget.current_gate``, set by the episode runner), if any."""
+
+    def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8,
+                 gate: Any = None) -> None:
         from openai import AsyncOpenAI
 
         key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
@@ -77,6 +85,7 @@ class ChatClient:
                                    timeout=sampling.timeout_s, max_retries=sampling.max_retries)
         self._slots = asyncio.Semaphore(max_inflight)
         self.usage = Usage()
+        self.gate = gate
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
@@ -95,22 +104,30 @@ class ChatClient:
                                          "json_schema": {"name": "action", "schema": json_schema}}
         if regex is not None:
             kwargs["extra_body"] = {"structured_outputs": {"regex": regex}}
-        async with self._slots:
-            t0 = time.perf_counter()
-            try:
-                resp = await self._client.chat.completions.create(**kwargs)
-            except Exception as e:  # openai raises typed errors; all end the episode the same way
-                status = getattr(e, "status_code", None)
-                if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404, 408, 429):
-                    raise RequestRejected(f"{type(e).__name__}: {e}") from e
-                raise GenerationError(f"{type(e).__name__}: {e}") from e
-            latency = time.perf_counter() - t0
-        choice = resp.choices[0]
-        usage = resp.usage
-        c = Completion(text=choice.message.content or "",
-                       prompt_tokens=int(usage.prompt_tokens) if usage else 0,
-                       completion_tokens=int(usage.completion_tokens) if usage else 0,
-                       latency_s=latency, finish_reason=choice.finish_reason or "")
+        gate = self.gate or current_gate.get()
+        # the budget first (it may wait for room, or refuse): a waiting call holds no slot
+        ticket = await gate.reserve(messages, max_tokens) if gate is not None else None
+        c: Completion | None = None
+        try:
+            async with self._slots:
+                t0 = time.perf_counter()
+                try:
+                    resp = await self._client.chat.completions.create(**kwargs)
+                except Exception as e:  # openai raises typed errors; all end the episode the same way
+                    status = getattr(e, "status_code", None)
+                    if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404, 408, 429):
+                        raise RequestRejected(f"{type(e).__name__}: {e}") from e
+                    raise GenerationError(f"{type(e).__name__}: {e}") from e
+                latency = time.perf_counter() - t0
+            choice = resp.choices[0]
+            usage = resp.usage
+            c = Completion(text=choice.message.content or "",
+                           prompt_tokens=int(usage.prompt_tokens) if usage else 0,
+                           completion_tokens=int(usage.completion_tokens) if usage else 0,
+                           latency_s=latency, finish_reason=choice.finish_reason or "")
+        finally:
+            if ticket is not None:      # a failed call spent nothing the run records
+                await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
         self.usage.add(c)
         return c
 

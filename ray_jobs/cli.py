@@ -1,4 +1,4 @@
-"""``dateline`` command: ``run`` and ``pairwise`` (Hydra overrides follow), ``report``, ``metrics``,
+"""``dateline`` command: ``run``, ``estimate`` and ``pairwise`` (Hydra overrides follow), ``report``, ``metrics``,
 ``tables``, ``convert-realtimeqa``, ``analyst-checklists`` (Hydra overrides follow)."""
 
 from __future__ import annotations
@@ -8,6 +8,10 @@ from typing import Any
 
 USAGE = """usage:
   dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
+  dateline estimate [--tasks N] [hydra overrides ...]
+                                            run a pilot of N tasks (default 3) per configuration (-m:
+                                            per sweep point) into RUN_DIR/_pilot, print the projected
+                                            tokens, time and cost of the full run
   dateline metrics RUN_DIR BENCHMARK [judge=J]
                                             recompute the metrics table from a run's Parquet, one set
                                             per judge (judge=J keeps one: id, id prefix or model name)
@@ -36,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [sys.argv[0], *rest]
         hydra_entry()
         return 0
+    if cmd == "estimate":
+        from ray_jobs.estimate import main as estimate_main
+
+        return estimate_main(rest)
     if cmd == "metrics":
         from engine.benchmarks import get_benchmark
         from engine.storage import EpisodeStore

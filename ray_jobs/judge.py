@@ -19,6 +19,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from engine.budget import BudgetExhausted, BudgetGate, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig
 from engine.judges import JudgeIdentity, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
@@ -77,7 +78,8 @@ def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: 
 
 async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j: JudgeConfig,
                       parse: Callable[[str, str], str | None], judge: JudgeIdentity,
-                      flush: Callable[[list[dict[str, Any]]], Any]) -> dict[str, Any]:
+                      flush: Callable[[list[dict[str, Any]]], Any], gate: BudgetGate | None = None
+                      ) -> dict[str, Any]:
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
     results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
@@ -87,7 +89,8 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
                     reroute_wait_s=0.0)
     buf: list[dict[str, Any]] = []
     last_flush = [time.monotonic()]
-    stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0}
+    stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0,
+             "budget_exhausted": 0}
 
     async def one(req: JudgeRequest) -> None:
         client = router.client_for(req.episode_id)
@@ -97,6 +100,12 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
             row["attempts"] = attempt
             try:
                 c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema, seed=attempt - 1)
+            except BudgetExhausted:           # the run's budget is spent: no row, the next run asks again
+                client.close()
+                stats["budget_exhausted"] += 1
+                stats["tokens_in"] += row["tokens_in"]
+                stats["tokens_out"] += row["tokens_out"]
+                return
             except GenerationError as e:      # the endpoint failed, not the judge: the next stage run asks again
                 row["error"] = str(e)
                 break
@@ -122,9 +131,12 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
             buf.clear()
             last_flush[0] = time.monotonic()
 
+    gated = current_gate.set(gate) if gate is not None else None      # every call reserves from the budget
     try:
         await asyncio.gather(*(one(r) for r in requests))
     finally:
+        if gated is not None:
+            current_gate.reset(gated)
         if buf:
             flush(buf[:])
         await router.close()
@@ -132,7 +144,8 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
 
 
 def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
-                    endpoints: Callable[[ModelConfig], list[Endpoint]]) -> dict[str, Any]:
+                    endpoints: Callable[[ModelConfig], list[Endpoint]], gate: BudgetGate | None = None
+                    ) -> dict[str, Any]:
     """Judge what is missing for this config. ``endpoints(model_config)`` returns a hosted
     judge's endpoints (so a hosted model is only started when something needs judging)."""
     if cfg.judge.kind == "none":
@@ -151,10 +164,14 @@ def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: s
             eps = judge_endpoints(cfg, endpoints)
         log.info("judge round %d: %d requests with %s", total["rounds"] + 1, len(requests), judge_id)
         stats = asyncio.run(judge_batch(requests, eps, cfg.judge, bench.parse_judgement, judge,
-                                        store.write_judgements))
+                                        store.write_judgements, gate))
         total["rounds"] += 1
         for k, v in stats.items():
             total[k] = total.get(k, 0) + v
+        if stats["budget_exhausted"]:
+            log.warning("judge stage: the run budget is spent; %d judgement(s) left for a later run",
+                        stats["budget_exhausted"])
+            break
     total["wall_s"] = round(time.time() - t0, 1)
     if total["rounds"]:
         log.info("judge stage: %d ok, %d failed in %d round(s), %.0f s", total["ok"], total["failed"],

@@ -23,6 +23,7 @@ from engine.judges import SELF_JUDGED, judged_views, self_judged_note
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
 from engine.storage import EpisodeStore, metric_rows
+from ray_jobs.budget import RunBudget, budget_exhausted_rows, exhausted_before_start, judge_budget_gate, start_budget
 from ray_jobs.judge import run_judge_stage
 from ray_jobs.session import Session
 
@@ -129,7 +130,9 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
     log.info("ready in %.0f s: %d endpoint(s), index %s, services %s", info["startup_s"], len(endpoints),
              info["index"], info["services"])
     workers: list[Any] = []
+    budget: RunBudget | None = None
     try:
+        budget = start_budget(cfg, p.config_hash, store, session, info["model_started"])
         setup = WorkerSetup(
             benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
             endpoints=endpoints,
@@ -139,7 +142,8 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
             data_json=data_identity(cfg), artifacts_dir=str(p.run_dir / "artifacts"),
             model_path=m.path if m.kind == "vllm" else "",
             # a hosted replica that dies is restarted by the driver: calls wait for it that long
-            reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0)
+            reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
+            budget=budget.actor if budget is not None else None)
         workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus, services)
         # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
         # finish: faster workers take more, and the actor keeps a free slot for progress polls.
@@ -176,6 +180,12 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
         t_run = time.time()
         try:
             while pending:
+                if budget is not None and queue and (why := budget.exhausted()):
+                    log.warning("stopping: %s; in-flight episodes finish, %d never start", why, len(queue))
+                    for row in budget_exhausted_rows(setup, queue, why):
+                        buf_e.append(row)
+                        progress.update(row)
+                    queue.clear()
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 for ref in ready:
                     worker, spec = pending.pop(ref)
@@ -198,7 +208,7 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
                     buf_e.append(res["episode"])
                     buf_s.extend(res["steps"])
                     progress.update(res["episode"])
-                    failures += res["episode"]["status"] != "ok"
+                    failures += res["episode"]["status"] == "error"     # a budget stop is not a failure
                     if cfg.run.max_failures and failures >= cfg.run.max_failures and queue:
                         log.error("stopping: %d episodes failed (run.max_failures); in-flight ones finish",
                                   failures)
@@ -228,6 +238,8 @@ def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict
     finally:
         for w in workers:       # per run: the next sweep point has another agent config
             ray.kill(w)
+        if budget is not None:
+            info["budget"] = budget.stop()
     return info
 
 
@@ -285,14 +297,18 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
              len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
     info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
     try:
-        if p.todo:
+        if p.todo and (why := exhausted_before_start(cfg, store, p.config_hash)):
+            log.warning("not starting %d episodes: %s (raise run.budget.* to resume)", len(p.todo), why)
+            info["budget_exhausted_before_start"] = why
+        elif p.todo:
             info.update(execute(cfg, p, store, session))
 
         def judge_endpoints(m: ModelConfig) -> list[Any]:
             session.ensure_ray(cfg, needed_cpus(cfg, bench))
             return session.pool(m, p.run_dir / "logs", keep=session.needed(cfg))
 
-        info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints)
+        info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints,
+                                        judge_budget_gate(cfg, store, p.config_hash))
         info["model_starts_in_session"] = session.model_starts
         # what cost accounting needs (engine/cost.py): whose uptime this run paid for, at what price
         info["config_hash"] = p.config_hash

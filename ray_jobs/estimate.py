@@ -1,0 +1,238 @@
+"""``dateline estimate [--tasks N] [hydra overrides]``: what a run would cost, from a small pilot.
+
+For each configuration (each point of a ``-m`` sweep) the pilot runs the first N tasks (all
+seeds) as an ordinary run, judge stage included, into ``<run.dir>/_pilot`` (its own run dir: the
+real run's budget and results are untouched; a repeated estimate reuses the pilot's episodes).
+From the pilot's episodes and run records it projects, per episode and for the full run (and for
+what is still missing in ``run.dir``):
+
+* prompt and completion tokens of the episodes and of their judge calls (means per pilot episode),
+* wall time at the pilot's throughput (generation and judging seconds per episode, plus the
+  startup once), and, as the optimistic bound, if the full run keeps all worker slots as busy as
+  the pilot kept its own (the pilot's waves of ``workers x episodes_per_worker`` episodes),
+* replica hours of hosted models over that wall time, and the cost at the configured prices
+  (engine/cost.py): tokens x ``price_*_per_mtok`` plus uptime x ``price_gpu_hour`` per GPU.
+
+The first N tasks stand in for all of them: a dataset whose first tasks are unlike the rest
+projects badly (a larger ``--tasks`` helps).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.benchmarks import get_benchmark
+from engine.config import Config, to_plain, validate
+from engine.cost import Prices, token_cost, uptime_cost
+from engine.progress import table
+from engine.storage import EpisodeStore
+
+PILOT_DIR = "_pilot"
+DEFAULT_TASKS = 3
+
+
+@dataclass
+class Projection:
+    label: str
+    benchmark: str
+    model: str
+    config_hash: str
+    pilot_dir: str
+    pilot_episodes: int
+    pilot_ok: int
+    full_episodes: int
+    remaining_episodes: int
+    per_episode: dict[str, float] = field(default_factory=dict)     # tokens, judge tokens, seconds
+    startup_s: float = 0.0
+    slots: int = 1
+    # replicas billed for the wall time (0: not hosted): the model's, a hosted judge model's
+    model_replicas: int = 0
+    judge_replicas: int = 0
+    # "model", "judge" (token prices of the judge calls), "judge_model" (a hosted judge's uptime)
+    prices: dict[str, Prices] = field(default_factory=dict)
+
+    def tokens(self, n: int) -> dict[str, float]:
+        return {k: self.per_episode[k] * n for k in ("tokens_in", "tokens_out", "judge_tokens_in", "judge_tokens_out")}
+
+    def wall_s(self, n: int, optimistic: bool = False) -> float:
+        """Startup plus generation and judging for ``n`` episodes: at the pilot's throughput, or
+        (``optimistic``) with every wave of ``slots`` episodes as fast as the pilot's waves."""
+        if n <= 0:
+            return 0.0
+        per = self.per_episode["gen_s"] + self.per_episode["judge_s"]
+        if not optimistic:
+            return self.startup_s + per * n
+        pilot_waves = max(1, math.ceil(self.pilot_episodes / self.slots))
+        wave_s = per * self.pilot_episodes / pilot_waves
+        return self.startup_s + wave_s * math.ceil(n / self.slots)
+
+    def replica_hours(self, n: int) -> float:
+        return self.wall_s(n) * (self.model_replicas + self.judge_replicas) / 3600.0
+
+    def cost(self, n: int) -> float:
+        """Tokens at their prices, plus every hosted replica's uptime over the wall time."""
+        t, up = self.tokens(n), self.wall_s(n)
+        return (token_cost(t["tokens_in"], t["tokens_out"], self.prices["model"])
+                + token_cost(t["judge_tokens_in"], t["judge_tokens_out"], self.prices["judge"])
+                + uptime_cost(up * self.model_replicas, self.prices["model"])
+                + (uptime_cost(up * self.judge_replicas, self.prices["judge_model"]) if self.judge_replicas else 0.0))
+
+    def render(self) -> str:
+        """The table: the pilot as measured (through the same formulas), per episode, the full
+        run and what is still missing in run.dir."""
+        cols = [("pilot", self.pilot_episodes), (f"full run ({self.full_episodes})", self.full_episodes),
+                (f"remaining ({self.remaining_episodes})", self.remaining_episodes)]
+        per = self.per_episode
+        rows = [["prompt tokens", round(per["tokens_in"]), *(round(self.tokens(n)["tokens_in"]) for _, n in cols)],
+                ["completion tokens", round(per["tokens_out"]),
+                 *(round(self.tokens(n)["tokens_out"]) for _, n in cols)],
+                ["judge prompt tokens", round(per["judge_tokens_in"]),
+                 *(round(self.tokens(n)["judge_tokens_in"]) for _, n in cols)],
+                ["judge completion tokens", round(per["judge_tokens_out"]),
+                 *(round(self.tokens(n)["judge_tokens_out"]) for _, n in cols)],
+                ["wall time, pilot throughput", _dur(per["gen_s"] + per["judge_s"]),
+                 *(_dur(self.wall_s(n)) for _, n in cols)],
+                ["wall time, all slots busy", "-", *(_dur(self.wall_s(n, optimistic=True)) for _, n in cols)],
+                ["replica hours", "-", *(f"{self.replica_hours(n):.3f}" for _, n in cols)],
+                ["cost (USD)", f"{self.token_cost_per_episode():.5f}" + (" + uptime" if self.model_replicas
+                                                                          + self.judge_replicas else ""),
+                 *(f"{self.cost(n):.4f}" for _, n in cols)]]
+        head = (f"estimate {self.label}: {self.benchmark} | model {self.model} | config {self.config_hash}\n"
+                f"pilot: {self.pilot_episodes} episodes ({self.pilot_ok} ok) in {self.pilot_dir}; full run: "
+                f"{self.full_episodes} episodes, {self.full_episodes - self.remaining_episodes} already ok in run.dir; "
+                f"startup {_dur(self.startup_s)}\n")
+        unpriced = [k for k in ("model", "judge") if not self.prices[k].configured]
+        note = (f"(no prices for the {' and '.join(unpriced)}: counted as 0; set model.price_* / judge.price_*)\n"
+                if unpriced else "")
+        return head + table(["", "per episode", *(c for c, _ in cols)], rows) + "\n" + note
+
+    def token_cost_per_episode(self) -> float:
+        """Token cost of one episode and its judging (uptime is shared by all episodes)."""
+        t = self.tokens(1)
+        return (token_cost(t["tokens_in"], t["tokens_out"], self.prices["model"])
+                + token_cost(t["judge_tokens_in"], t["judge_tokens_out"], self.prices["judge"]))
+
+
+def _dur(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else (f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h")
+
+
+def pilot_config(cfg: Config, tasks: int) -> Config:
+    """The pilot's config: the first ``tasks`` tasks, in ``<run.dir>/_pilot``. Everything that
+    decides an episode is unchanged, so pilot episodes are the full run's first episodes."""
+    p = copy.deepcopy(cfg)
+    if not hasattr(p.benchmark, "limit"):
+        raise SystemExit(f"estimate: benchmark {p.benchmark.name} has no task limit to run a pilot with")
+    limit = p.benchmark.limit
+    p.benchmark.limit = tasks if limit is None else min(tasks, limit)
+    p.run.dir = f"{cfg.run.dir.rstrip('/')}/{PILOT_DIR}"
+    return p
+
+
+def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
+    """The projection from the pilot run dir (the pilot must have run)."""
+    from ray_jobs.run import plan
+
+    bench = get_benchmark(cfg.benchmark.name)
+    full, pilot = plan(cfg), plan(pilot_cfg)
+    ids = {s.episode_id for s in pilot.specs}
+    store = EpisodeStore(pilot.run_dir, bench.episode_fields)
+    rows = [r for r in store.episodes().select(["episode_id", "status", "tokens_in", "tokens_out"]).to_pylist()
+            if r["episode_id"] in ids]
+    n = len(rows)
+    if n == 0:
+        raise SystemExit(f"estimate: the pilot in {pilot.run_dir} stored no episodes of config {full.config_hash}")
+    infos = [i for i in store.run_infos() if i.get("config_hash") == full.config_hash]
+    run_eps = sum(int(i.get("episodes_planned") or 0) for i in infos)
+    gen_s = sum(float(i.get("run_s") or 0.0) for i in infos)
+    judge = [i.get("judge") or {} for i in infos]
+    judge_s = sum(float(j.get("wall_s") or 0.0) for j in judge)
+    # the pilot's judge stage judged its ok episodes (rounds included); per pilot episode
+    per = {"tokens_in": sum(r["tokens_in"] or 0 for r in rows) / n,
+           "tokens_out": sum(r["tokens_out"] or 0 for r in rows) / n,
+           "judge_tokens_in": sum(float(j.get("tokens_in") or 0) for j in judge) / n,
+           "judge_tokens_out": sum(float(j.get("tokens_out") or 0) for j in judge) / n,
+           "gen_s": gen_s / max(run_eps, 1), "judge_s": judge_s / n}
+    startup = max([float(i.get("startup_s") or 0.0) for i in infos] or [0.0])
+    m, j = cfg.model, cfg.judge
+    uses_model = bench.uses_model(cfg.agent)
+    jm = j.hosted_model if j.kind == "hosted" else None
+    model_plain = to_plain(m)
+    prices: dict[str, Prices] = {"model": Prices.of_model(model_plain),
+                                 "judge": Prices.of_judge(to_plain(j), to_plain(jm) if jm else model_plain)}
+    self_judge = j.kind == "hosted" and jm is None
+    model_replicas = m.replicas if m.kind == "vllm" and (uses_model or self_judge) else 0
+    judge_replicas = 0
+    if jm is not None and jm.kind == "vllm" and jm != m:
+        prices["judge_model"] = Prices.of_model(to_plain(jm))
+        judge_replicas = jm.replicas
+    return Projection(label=label or full.config_hash[:8], benchmark=bench.name,
+                      model=m.name if uses_model else "none", config_hash=full.config_hash,
+                      pilot_dir=str(pilot.run_dir),
+                      pilot_episodes=n, pilot_ok=sum(r["status"] == "ok" for r in rows),
+                      full_episodes=len(full.specs), remaining_episodes=len(full.todo), per_episode=per,
+                      startup_s=startup, slots=cfg.cluster.num_workers * cfg.cluster.episodes_per_worker,
+                      model_replicas=model_replicas, judge_replicas=judge_replicas, prices=prices)
+
+
+def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label: str = "") -> Projection:
+    """Run (or reuse) the pilot of one configuration, then project it; prints the table."""
+    from ray_jobs.run import run
+
+    validate(cfg)
+    pc = pilot_config(cfg, tasks)
+    run(pc, session)
+    proj = project(cfg, pc, label)
+    sys.stdout.write(proj.render() + "\n")
+    sys.stdout.flush()
+    return proj
+
+
+def totals(points: list[Projection]) -> str:
+    """One line per point and the sum (a sweep runs its points one after another)."""
+    rows = [[p.label, p.full_episodes, round(p.tokens(p.full_episodes)["tokens_in"]),
+             round(p.tokens(p.full_episodes)["tokens_out"]), _dur(p.wall_s(p.full_episodes)),
+             f"{p.cost(p.full_episodes):.4f}"] for p in points]
+    rows.append(["total", sum(p.full_episodes for p in points), sum(r[2] for r in rows), sum(r[3] for r in rows),
+                 _dur(sum(p.wall_s(p.full_episodes) for p in points)),
+                 f"{sum(p.cost(p.full_episodes) for p in points):.4f}"])
+    return table(["point", "episodes", "prompt tokens", "completion tokens", "wall time", "cost (USD)"], rows)
+
+
+def main(argv: list[str]) -> int:
+    """``dateline estimate [--tasks N] [hydra overrides ...]`` (``-m`` sweeps: one pilot per point)."""
+    from ray_jobs.configs import hydra_main
+
+    tasks, rest = DEFAULT_TASKS, []
+    it = iter(argv)
+    for a in it:
+        if a == "--tasks" or a.startswith("--tasks="):
+            v = a.split("=", 1)[1] if "=" in a else next(it, "")
+            if not v.isdigit() or int(v) < 1:
+                sys.stderr.write(f"estimate: --tasks needs a positive integer, got {v!r}\n")
+                return 2
+            tasks = int(v)
+        else:
+            rest.append(a)
+    points: list[Projection] = []
+    # a point is named by the overrides a sweep varies (``a=1,2``, ``range(..)``, ``choice(..)``)
+    swept = {a.split("=", 1)[0] for a in rest if "=" in a and any(c in a.split("=", 1)[1] for c in ",(")}
+
+    def body(cfg: Config, session: Any) -> None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            label = " ".join(o for o in HydraConfig.get().overrides.task if o.split("=", 1)[0] in swept)
+        except Exception:  # noqa: BLE001 - outside Hydra
+            label = ""
+        points.append(estimate_point(cfg, session, tasks, label))
+
+    sys.argv = [sys.argv[0], *rest]
+    hydra_main("config", body)
+    if len(points) > 1:
+        sys.stdout.write("estimate, all points (run one after another in one job):\n" + totals(points) + "\n")
+    return 0
