@@ -116,7 +116,7 @@ class Budget:
     (a worker that died mid-call never settles): after it, the reservation counts as spent in full."""
 
     def __init__(self, caps: Caps, prices: Prices = Prices(), initial: Spend | None = None,
-                 ttl_s: float = 3600.0) -> None:
+                 ttl_s: float = 3600.0, closed: tuple[str, str] | None = None) -> None:
         self.caps = caps
         self.prices = prices
         self.initial = initial or Spend()
@@ -125,7 +125,9 @@ class Budget:
         self._uptime_s = 0.0               # this run's replica uptime, as last reported
         self._open: dict[int, Reservation] = {}
         self._ids = itertools.count(1)
-        self.reason = ""                   # set once the budget is closed
+        # set once the budget is closed; ``closed`` = (cap, reason) of an earlier run of the same
+        # configuration that closed under a cap no larger than this one: it stays closed
+        self.closed_cap, self.reason = closed or ("", "")
         self.calls = self.refused = 0
         self._waiters: list[asyncio.Future[None]] = []     # acquire calls waiting for room
 
@@ -146,7 +148,7 @@ class Budget:
             self._expire()
             verdict, why = self._verdict(Spend(1, 1, token_cost(1, 1, self.prices)))
             if verdict == "refuse":
-                self.reason = why
+                self.closed_cap, self.reason = why
         return self.reason
 
     def summary(self) -> dict[str, Any]:
@@ -154,7 +156,7 @@ class Budget:
         s = self.spent()
         return {"spent": s.as_dict(), "run": (s - self.initial).as_dict(), "caps": asdict(self.caps),
                 "calls": self.calls, "refused": self.refused, "in_flight": len(self._open),
-                "exhausted": self.reason}
+                "exhausted": self.reason, "closed_cap": self.closed_cap}
 
     # -- the ledger ----------------------------------------------------------------------------
     def set_uptime(self, seconds: float) -> None:
@@ -174,7 +176,7 @@ class Budget:
         ask = Spend(int(est_in), int(est_out), token_cost(est_in, est_out, self.prices))
         verdict, why = self._verdict(ask)
         if verdict == "refuse":
-            self.reason = why
+            self.closed_cap, self.reason = why
             self.refused += 1
             self._notify()
             return None
@@ -210,12 +212,13 @@ class Budget:
                 self._waiters.remove(woken)
 
     # -- internals -----------------------------------------------------------------------------
-    def _verdict(self, ask: Spend) -> tuple[str, str]:
+    def _verdict(self, ask: Spend) -> tuple[str, Any]:
+        """("ok" | "wait", None) or ("refuse", (the cap's name, why))."""
         spent, held = self.spent(), self.reserved()
         c = self.caps
         if c.max_gpu_hours is not None and spent.gpu_hours > c.max_gpu_hours:
-            return "refuse", (f"run.budget.max_gpu_hours={c.max_gpu_hours:g} reached: "
-                              f"{spent.gpu_hours:.3f} GPU hours of replica uptime")
+            return "refuse", ("max_gpu_hours", f"run.budget.max_gpu_hours={c.max_gpu_hours:g} reached: "
+                                               f"{spent.gpu_hours:.3f} GPU hours of replica uptime")
         checks = (("max_input_tokens", c.max_input_tokens, spent.tokens_in, held.tokens_in, ask.tokens_in,
                    "prompt tokens"),
                   ("max_output_tokens", c.max_output_tokens, spent.tokens_out, held.tokens_out, ask.tokens_out,
@@ -227,10 +230,10 @@ class Budget:
                 continue
             if s + a > cap:
                 fmt = (lambda v: f"{v:.4f}") if name == "max_usd" else (lambda v: f"{int(v)}")
-                return "refuse", (f"run.budget.{name}={cap:g} reached: {fmt(s)} {unit} spent, the next call "
-                                  f"may take {fmt(a)} more")
+                return "refuse", (name, f"run.budget.{name}={cap:g} reached: {fmt(s)} {unit} spent, the next "
+                                        f"call may take {fmt(a)} more")
             wait = wait or s + h + a > cap
-        return ("wait", "") if wait else ("ok", "")
+        return ("wait", None) if wait else ("ok", None)
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -33,6 +33,15 @@ class ModelConfig:
     num_cpus: float = 2.0
     num_gpus: float = 0.0
     tensor_parallel_size: int = 1
+    # Custom Ray resources per replica (e.g. {replica: 1} to land on nodes started with
+    # --resources='{"replica": 1}'), reserved in the replica's placement group with its CPUs/GPUs.
+    resources: dict[str, float] = field(default_factory=dict)
+    # Seconds to wait for Ray to reserve every replica's placement group (each replica's CPUs,
+    # GPUs and resources, on one node); then startup fails naming what is missing, never hangs.
+    placement_timeout_s: float = 120.0
+    # The Python module a replica runs with `python -m` and vLLM's command line: a drop-in
+    # OpenAI-compatible server; tests use tests.fake_vllm_server.
+    server_module: str = "vllm.entrypoints.openai.api_server"
     # Extra vLLM engine arguments, passed through as --key value (True -> bare flag).
     engine_args: dict[str, Any] = field(default_factory=dict)
     # Extra environment for the server process (e.g. the VLLM_CPU_* knobs).
@@ -70,9 +79,11 @@ class IndexConfig:
     embed_batch_size: int = 256
     # Embedding cache (Parquet keyed by content hash). Empty: <DATELINE_CACHE>/embeddings.
     cache_dir: str = ""
-    # Ray resources of the index actor.
+    # Ray resources of the index actor. With num_gpus 0 it sees no GPU (CUDA_VISIBLE_DEVICES="").
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    # Custom Ray resources of the index actor (e.g. {index: 1} to pin it to such nodes).
+    resources: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,6 +96,8 @@ class ClusterConfig:
     num_workers: int = 1
     episodes_per_worker: int = 8
     worker_num_cpus: float = 0.25
+    # Custom Ray resources per episode worker actor (e.g. {worker: 1} to pin workers to such nodes).
+    worker_resources: dict[str, float] = field(default_factory=dict)
     max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
     num_cpus: Optional[int] = None
@@ -296,6 +309,16 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise ConfigError(f"{where}: {msg}")
 
 
+def _check_resources(res: Any, where: str) -> None:
+    """Custom Ray resources: names to non-negative numbers (CPUs and GPUs have fields of their own)."""
+    _check(isinstance(res, dict), where, f"must be a mapping of resource name to amount, got {res!r}")
+    for k, v in res.items():
+        _check(isinstance(k, str) and bool(k), where, f"resource names must be non-empty strings, got {k!r}")
+        _check(k not in ("CPU", "GPU"), f"{where}.{k}", "set CPUs and GPUs with the num_cpus/num_gpus fields")
+        _check(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and 0 <= v < float("inf"),
+               f"{where}.{k}", f"must be a non-negative number, got {v!r}")
+
+
 def validate_model(m: ModelConfig, where: str) -> None:
     """A model config at ``where`` (``model``, ``judge.hosted_model``)."""
     _check(m.kind in ("vllm", "openai_compatible"), f"{where}.kind", f"must be vllm or openai_compatible, got {m.kind!r}")
@@ -306,6 +329,10 @@ def validate_model(m: ModelConfig, where: str) -> None:
         if m.tensor_parallel_size > 1:
             _check(m.num_gpus >= m.tensor_parallel_size, f"{where}.num_gpus",
                    f"tensor_parallel_size={m.tensor_parallel_size} needs num_gpus >= {m.tensor_parallel_size}")
+        _check(m.num_cpus >= 0 and m.num_gpus >= 0, f"{where}.num_cpus", "num_cpus and num_gpus must be >= 0")
+        _check(m.placement_timeout_s > 0, f"{where}.placement_timeout_s", "must be > 0")
+        _check(bool(m.server_module), f"{where}.server_module", "required (vllm.entrypoints.openai.api_server)")
+        _check_resources(m.resources, f"{where}.resources")
     else:
         _check(bool(m.base_url), f"{where}.base_url", "required for kind=openai_compatible")
         if m.api_key_env:
@@ -342,10 +369,12 @@ def validate(cfg: Config) -> None:
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
     _check(-1.0 <= i.threshold <= 1.0, "index.threshold", "cosine threshold must be in [-1, 1]")
     _check(i.device in ("auto", "cpu", "gpu"), "index.device", f"must be auto, cpu or gpu, got {i.device!r}")
+    _check_resources(i.resources, "index.resources")
     c = cfg.cluster
     _check(c.num_workers >= 1, "cluster.num_workers", "must be >= 1")
     _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
     _check(c.max_episode_attempts >= 1, "cluster.max_episode_attempts", "must be >= 1")
+    _check_resources(c.worker_resources, "cluster.worker_resources")
     _check(c.ray_auth_mode in ("disabled", "token"), "cluster.ray_auth_mode", "must be disabled or token")
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")

@@ -38,6 +38,8 @@ class EpisodeSpec:
     task: Any
     task_id: str
     seed: int
+    # which sweep point (a configuration in a run dir) it belongs to: the worker's runner for it
+    point: str = ""
 
 
 @dataclass
@@ -60,6 +62,9 @@ class WorkerSetup:
     reroute_wait_s: float = 0.0
     # the run's BudgetActor (run.budget caps), shared by all workers; None: no caps
     budget: Any = None
+    # identity of the model pool the endpoints belong to: the points of a sweep that use the same
+    # pool share one router (and its in-flight bounds) in a worker
+    pool_key: str = ""
 
 
 # status of an episode stopped by run.budget (its own calls refused, or never started)
@@ -74,13 +79,13 @@ class EpisodeRunner:
     """Runs episodes in this process (the worker actor wraps it; tests use it directly)."""
 
     def __init__(self, setup: WorkerSetup, index: IndexClient | None, name: str = "",
-                 services: dict[str, Any] | None = None) -> None:
+                 services: dict[str, Any] | None = None, router: Router | None = None) -> None:
         self.setup = setup
         self.benchmark = get_benchmark(setup.benchmark)
         self.index = index
         self.services = services or {}
-        self.router = (Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
-                              reroute_wait_s=setup.reroute_wait_s) if setup.endpoints else None)
+        self.router = router or (Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
+                                        reroute_wait_s=setup.reroute_wait_s) if setup.endpoints else None)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.gate = remote_gate(setup.budget) if setup.budget is not None else None
         # Live counters over every step taken so far (finished and in-flight episodes).
@@ -132,46 +137,77 @@ class EpisodeRunner:
 
 
 class EpisodeWorker:
-    """Body of the worker actor (made remote in :func:`start_workers`)."""
+    """Body of the worker actor (made remote in :func:`start_workers`). One worker runs the
+    episodes of every sweep point that uses its model (``add_point``): one queue per model feeds
+    it, and points that share a model pool share one router, so in-flight bounds and sticky
+    load-aware routing hold across points."""
 
-    def __init__(self, setup: WorkerSetup, index_handle: Any, name: str,
-                 service_handles: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, points: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]]) -> None:
         logging.basicConfig(level=logging.WARNING)
         for logger in ("httpx", "httpx2", "openai"):
             logging.getLogger(logger).setLevel(logging.WARNING)
+        self.name = name
+        self.runners: dict[str, EpisodeRunner] = {}
+        self.routers: dict[str, Router] = {}
+        for point, (setup, index_handle, service_handles) in points.items():
+            self.add_point(point, setup, index_handle, service_handles)
+
+    def add_point(self, point: str, setup: WorkerSetup, index_handle: Any,
+                  service_handles: dict[str, Any] | None = None) -> None:
         from engine.services import RemoteService
         from indexes.service import RemoteIndex
 
         services = {k: RemoteService(h) for k, h in (service_handles or {}).items()}
         index = RemoteIndex(index_handle) if index_handle is not None else None
-        self.runner = EpisodeRunner(setup, index, name, services)
+        router = None
+        if setup.endpoints:
+            key = setup.pool_key or point
+            if key not in self.routers:
+                self.routers[key] = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
+                                           reroute_wait_s=setup.reroute_wait_s)
+            router = self.routers[key]
+        self.runners[point] = EpisodeRunner(setup, index, self.name, services, router)
 
     async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
-        return await self.runner.run(spec)
+        return await self.runners[spec.point].run(spec)
 
     async def live(self) -> dict[str, int]:
-        return dict(self.runner.live)
+        return {k: sum(r.live[k] for r in self.runners.values()) for k in ("steps", "tokens_in", "tokens_out")}
 
-    async def set_endpoints(self, endpoints: list[Endpoint]) -> None:
-        """A replica moved (re-created on another node): route to the new addresses."""
-        if self.runner.router is not None:
-            self.runner.router.update(endpoints)
+    async def set_endpoints(self, pool_key: str, endpoints: list[Endpoint]) -> None:
+        """A replica of ``pool_key`` moved (re-created on another node): route to the new addresses."""
+        if pool_key in self.routers:
+            self.routers[pool_key].update(endpoints)
 
     async def ping(self) -> str:
         await asyncio.sleep(0)
-        return self.runner.name
+        return self.name
 
 
-def start_workers(setup: WorkerSetup, index_handle: Any, num_workers: int, episodes_per_worker: int,
-                  num_cpus: float, service_handles: dict[str, Any] | None = None) -> list[Any]:
+_CONSTRUCTOR_ARGS: list[Any] = []
+
+
+def start_workers(setup: WorkerSetup | None, index_handle: Any, num_workers: int, episodes_per_worker: int,
+                  num_cpus: float, service_handles: dict[str, Any] | None = None, *,
+                  points: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] | None = None,
+                  resources: dict[str, float] | None = None, prefix: str = "worker") -> list[Any]:
+    """``num_workers`` episode worker actors running the episodes of ``points`` (point id ->
+    (setup, index handle, service handles)), or of the one point "" given by ``setup``."""
     import ray
 
+    points = points if points is not None else {"": (setup, index_handle, service_handles)}
+    # the constructor arguments, held by the driver for as long as it runs: a restarted actor is
+    # built from them again (Ray warns that arguments gone out of scope make a restart fail)
+    args = ray.put(points)
+    _CONSTRUCTOR_ARGS.append(args)
     actor_cls = ray.remote(EpisodeWorker)
     # One slot more than the episodes the driver gives a worker at once: progress polls never wait.
-    # A worker that dies (its process or node) is restarted by Ray; the driver requeues the
-    # episodes it had in flight (Ray does not retry them: max_task_retries=0).
-    return [actor_cls.options(num_cpus=num_cpus, max_concurrency=episodes_per_worker + 1, max_restarts=-1,
-                              max_task_retries=0).remote(setup, index_handle, f"worker-{i}", service_handles)
+    # A worker that dies (its process or node) is restarted by Ray with the same constructor
+    # arguments (so with every point); the driver requeues the episodes it had in flight (Ray does
+    # not retry them: max_task_retries=0) and pushes it the current replica addresses.
+    return [actor_cls.options(num_cpus=num_cpus, resources=resources or None,
+                              max_concurrency=episodes_per_worker + 1, max_restarts=-1,
+                              max_task_retries=0).remote(f"{prefix}-{i}", args)
             for i in range(num_workers)]
 
 
@@ -192,8 +228,9 @@ class BudgetActor:
     :class:`~engine.budget.Budget` every worker's calls reserve from, so concurrent episodes on
     all workers see one ledger. Async: a call waiting for room never blocks a settle."""
 
-    def __init__(self, caps: Caps, prices: Prices, initial: Spend, ttl_s: float) -> None:
-        self.budget = Budget(caps, prices, initial, ttl_s)
+    def __init__(self, caps: Caps, prices: Prices, initial: Spend, ttl_s: float,
+                 closed: tuple[str, str] | None = None) -> None:
+        self.budget = Budget(caps, prices, initial, ttl_s, closed)
 
     async def acquire(self, est_in: int, est_out: int) -> tuple[Reservation | None, str]:
         r = await self.budget.acquire(est_in, est_out)
@@ -212,12 +249,13 @@ class BudgetActor:
         return self.budget.summary()
 
 
-def start_budget_actor(caps: Caps, prices: Prices, initial: Spend, ttl_s: float) -> Any:
+def start_budget_actor(caps: Caps, prices: Prices, initial: Spend, ttl_s: float,
+                       closed: tuple[str, str] | None = None) -> Any:
     import ray
 
     # no CPU of its own (it only does arithmetic); enough concurrency for every waiting call
     return ray.remote(BudgetActor).options(num_cpus=0, max_concurrency=10_000, max_restarts=0).remote(
-        caps, prices, initial, ttl_s)
+        caps, prices, initial, ttl_s, closed)
 
 
 def remote_gate(actor: Any) -> BudgetGate:

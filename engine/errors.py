@@ -18,3 +18,9 @@ class DataError(ValueError):
 
 class ConfigError(ValueError):
     """A configuration that cannot run; raised before any actor starts."""
+
+
+class PlacementError(RuntimeError):
+    """Ray could not reserve the resources a model's replicas asked for (their placement groups)
+    in time: names the model, what each replica asked for and what the cluster has. Raised after
+    the groups are removed, so nothing stays pending."""

@@ -63,6 +63,9 @@ def start_actor(spec: ServiceSpec) -> Any:
     import ray
 
     cls = ray.remote(_factory(spec))
-    handle = cls.options(num_cpus=spec.num_cpus, max_concurrency=64, name=None).remote(**spec.kwargs)
+    # a service whose process or node dies is rebuilt by Ray from the same arguments (its state is
+    # derived from them), and calls in flight are retried there: a service's calls only read
+    handle = cls.options(num_cpus=spec.num_cpus, max_concurrency=64, name=None, max_restarts=-1,
+                         max_task_retries=-1).remote(**spec.kwargs)
     ray.get(handle.__ray_ready__.remote())
     return handle

@@ -17,19 +17,29 @@ A flush writes the steps shard first, then the episodes shard; both carry the fl
 ``batch_id``. An episode exists once its episodes row does; readers keep, per episode id, the
 best row (status ok over error, then newest) and only the steps of that row's batch, so a kill
 between the two renames, or a re-run of a failed episode, never shows lost or duplicated rows.
+
+RUN_DIR is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``); all
+I/O goes through ``store.fs``. Reads are ``pyarrow.dataset`` scans with column projection and
+filter pushdown, deduplicated with Arrow compute (``docs/design/resume.md``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from engine.protocol import MetricRow, StepRecord
@@ -133,24 +143,225 @@ def _batch_id() -> str:
     return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
 
 
+# a shard written by one flush is named after its batch id and holds only that batch's rows
+_BATCH_SHARD = re.compile(r"part-(\d{20}-[0-9a-f]{8})\.parquet")
+
+
+# -- where a store lives ---------------------------------------------------------------------
+def is_uri(root: str | Path) -> bool:
+    """True for a filesystem URI (``s3://bucket/prefix``, ``gs://…``, ``file:///…``)."""
+    return isinstance(root, str) and "://" in root
+
+
+def open_root(root: str | Path, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path inside it)`` for a local path or any URI pyarrow understands. S3
+    options go in the query string (``s3://b/p?endpoint_override=http://127.0.0.1:9000``) or
+    in the usual AWS environment variables (``AWS_ENDPOINT_URL`` is honoured)."""
+    if filesystem is not None:
+        return filesystem, str(root).rstrip("/")
+    if is_uri(root):
+        fs, path = pafs.FileSystem.from_uri(str(root))
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(root)
+
+
+def is_run_dir(root: str | Path, table: str = "episodes", filesystem: pafs.FileSystem | None = None) -> bool:
+    """Whether ``root`` (path or URI) holds a ``table`` folder (``episodes``: a run dir,
+    ``comparisons``: a pairwise dir); creates nothing."""
+    fs, base = open_root(root, filesystem)
+    return fs.get_file_info(f"{base}/{table}").type == pafs.FileType.Directory
+
+
+def local_root(root: str | Path, local_dir: str | Path | None = None) -> Path:
+    """The local folder for what a run keeps beside its tables (``logs/``, ``artifacts/``): the
+    run dir itself when it is local; for a remote one (``s3://bucket/prefix``) ``local_dir``, else
+    ``$DATELINE_LOCAL_DIR/<scheme>/<bucket>/<prefix>`` (default: under the temp dir). Creates nothing."""
+    if not is_uri(root):
+        return Path(root)
+    fs, base = open_root(root)
+    if isinstance(fs, pafs.LocalFileSystem):
+        return Path(base)
+    return _scratch(fs, base, local_dir)
+
+
+def _scratch(fs: pafs.FileSystem, base: str, local_dir: str | Path | None) -> Path:
+    if local_dir is not None:
+        return Path(local_dir)
+    scratch = os.environ.get("DATELINE_LOCAL_DIR") or os.path.join(tempfile.gettempdir(), "dateline")
+    return Path(scratch) / fs.type_name / base.lstrip("/")
+
+
+# -- vectorised dedup ------------------------------------------------------------------------
+def _and(*exprs: pc.Expression | None) -> pc.Expression | None:
+    out = None
+    for e in exprs:
+        if e is not None:
+            out = e if out is None else out & e
+    return out
+
+
+def _eq(name: str, value: str | Iterable[str] | None) -> pc.Expression | None:
+    """``name == value`` (a str) or ``name in value`` (an iterable); None when value is None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return pc.field(name) == value
+    return pc.field(name).isin(pa.array(list(value), pa.string()))
+
+
+def _ok_rank(col: pa.ChunkedArray | pa.Array, ok_value: Any = True) -> pa.ChunkedArray:
+    """1 where ``col == ok_value`` (``"ok"`` for a status, True for a flag), else 0 (nulls too)."""
+    return pc.cast(pc.fill_null(pc.equal(col, ok_value), False), pa.int8())
+
+
+def _starts(sorted_keys: pa.Table) -> pa.ChunkedArray:
+    """For rows sorted by their key columns: True where a row's key differs from the previous
+    row's (a null equals a null), i.e. where a group starts."""
+    n = sorted_keys.num_rows
+    if n == 0:
+        return pa.chunked_array([], pa.bool_())
+    diff = pa.chunked_array([pa.array(np.zeros(n - 1, dtype=bool))])
+    for col in sorted_keys.columns:
+        cur, prev = col.slice(1), col.slice(0, n - 1)
+        cn, pn = pc.is_null(cur), pc.is_null(prev)
+        d = pc.if_else(pc.or_(cn, pn), pc.xor(cn, pn), pc.fill_null(pc.not_equal(cur, prev), False))
+        diff = pc.or_(diff, d)
+    return pa.chunked_array([pa.array([True]), *diff.chunks], pa.bool_())
+
+
+def _sorted_unique(idx: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return pa.array(np.unique(np.asarray(idx, dtype=np.int64)), pa.int64())
+
+
+def _pick(t: pa.Table, keys: list[str], rank: Sequence[tuple[str, str]] = (), first_seen: bool = False) -> pa.Array:
+    """Row indices of ``t``: per distinct ``keys`` (nulls are one value) the first row by ``rank``
+    (ties: the earliest row, the sort is stable). Ascending, or with ``first_seen`` in the order
+    in which the groups first appear (the iteration order of a dict filled row by row)."""
+    if t.num_rows == 0:
+        return pa.array([], pa.int64())
+    by_key = [(k, "ascending") for k in keys]
+    idx = pc.sort_indices(t, sort_keys=by_key + list(rank))
+    starts = _starts(t.select(keys).take(idx))
+    win = pc.filter(idx, starts)
+    if not first_seen:
+        return _sorted_unique(win)
+    first = pc.filter(pc.sort_indices(t, sort_keys=by_key), starts)   # same groups, same positions
+    return pc.take(win, pc.sort_indices(first))
+
+
+def _pair(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.binary_join_element_wise(a, b, "\x1f")
+
+
 class _ShardedDir:
-    """A folder of tables written as atomic shards (staged, fsynced, renamed into place)."""
+    """A folder of tables written as atomic shards (staged, then moved into place), on a local
+    disk (fsync + ``os.replace``) or any pyarrow filesystem (``s3://``, ``gs://``: the move is a
+    copy + delete, but readers only list final paths, where an object appears whole)."""
     SUBDIRS: tuple[str, ...] = ()
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        for sub in (*self.SUBDIRS, "_staging"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+    def __init__(self, root: str | Path, *, filesystem: pafs.FileSystem | None = None,
+                 local_dir: str | Path | None = None) -> None:
+        self.fs, self.base = open_root(root, filesystem)
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        # ``root``: a local folder callers may join paths to (logs, artifacts). For a local
+        # store it is the store itself; for a remote one a scratch folder on this machine.
+        if filesystem is not None:
+            self.root = Path(self.base) if self.local else _scratch(self.fs, self.base, local_dir)
+            self.uri = self.base if self.local else f"{self.fs.type_name}://{self.base}"
+        else:
+            self.root = local_root(root, local_dir)
+            self.uri = self.base if self.local else str(root)
+        if self.local:
+            for sub in (*self.SUBDIRS, "_staging"):
+                (Path(self.base) / sub).mkdir(parents=True, exist_ok=True)
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
 
-    def _write(self, table: pa.Table, sub: str, name: str) -> Path:
-        staged = self.root / "_staging" / f"{sub}-{name}"
-        pq.write_table(table, staged)
-        with open(staged, "rb") as f:
-            os.fsync(f.fileno())
-        final = self.root / sub / name
-        os.replace(staged, final)
-        return final
+    # -- paths and atomic writes ------------------------------------------------------------
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.base, *parts])
 
+    def _publish(self, staged: str, final: str) -> None:
+        if self.local:
+            with open(staged, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(staged, final)
+        else:
+            self.fs.move(staged, final)
+
+    def _write(self, table: pa.Table, sub: str, name: str) -> Path | str:
+        staged = self._path("_staging", f"{sub}-{name}")
+        pq.write_table(table, staged, filesystem=self.fs)
+        final = self._path(sub, name)
+        self._publish(staged, final)
+        return Path(final) if self.local else final
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write ``name`` (relative to the store, e.g. ``metrics/tables.md``) atomically."""
+        staged = self._path("_staging", name.replace("/", "-"))
+        if self.local:
+            Path(self._path(name)).parent.mkdir(parents=True, exist_ok=True)
+        with self.fs.open_output_stream(staged) as f:
+            f.write(text.encode())
+        self._publish(staged, self._path(name))
+
+    def read_text(self, name: str) -> str | None:
+        path = self._path(name)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return f.read().decode()
+
+    def exists(self, name: str) -> bool:
+        return self.fs.get_file_info(self._path(name)).type != pafs.FileType.NotFound
+
+    def read_json(self, name: str) -> Any:
+        text = self.read_text(name)
+        return json.loads(text) if text is not None else None
+
+    def run_infos(self, prefix: str = "run-") -> list[dict[str, Any]]:
+        """The info JSONs drivers leave after each run (``run-*.json``, ``pairwise-*.json``)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
+        names = sorted(i.base_name for i in infos if i.type == pafs.FileType.File
+                       and i.base_name.startswith(prefix) and i.base_name.endswith(".json"))
+        return [json.loads(self.read_text(n) or "null") for n in names]
+
+    def write_json(self, name: str, obj: Any) -> None:
+        self.write_text(name, json.dumps(obj, indent=2, default=str))
+
+    # -- reading ---------------------------------------------------------------------------
+    def _files(self, sub: str, batches: set[str] | None = None) -> list[str]:
+        """The final shards of ``sub``, in name order. With ``batches``, shards named after a
+        batch not in it are skipped (compacted shards are always read)."""
+        out = []
+        for info in self.fs.get_file_info(pafs.FileSelector(self._path(sub), allow_not_found=True)):
+            name = info.base_name
+            if info.type != pafs.FileType.File or not (name.startswith("part-") and name.endswith(".parquet")):
+                continue
+            if batches is not None and (m := _BATCH_SHARD.fullmatch(name)) and m.group(1) not in batches:
+                continue
+            out.append(info.path)
+        return sorted(out)
+
+    def _dataset(self, sub: str, schema: pa.Schema, files: list[str] | None = None) -> ds.Dataset:
+        files = self._files(sub) if files is None else files
+        if not files:
+            return ds.dataset(schema.empty_table())
+        # an explicit schema: shards written before a column existed read it as nulls
+        return ds.dataset(files, schema=schema, format="parquet", filesystem=self.fs)
+
+    def _read(self, sub: str, schema: pa.Schema, columns: list[str] | dict[str, pc.Expression] | None = None,
+              filter: pc.Expression | None = None, files: list[str] | None = None) -> pa.Table:
+        """The rows of every shard of ``sub`` (no dedup), only ``columns``, only rows matching
+        ``filter``; both are pushed down to the Parquet reader (pruned columns are never read)."""
+        return self._dataset(sub, schema, files).to_table(columns=columns, filter=filter)
+
+    def _judgement_table(self, columns: list[str], filter: pc.Expression | None = None,
+                         files: list[str] | None = None) -> pa.Table:
+        t = self._read("judgements", JUDGEMENT_SCHEMA, list(dict.fromkeys(columns)), filter, files)
+        return t.append_column("__ok", _ok_rank(t["ok"]))
+
+    # -- judgements ------------------------------------------------------------------------
     def write_judgements(self, rows: list[dict[str, Any]]) -> str:
         """One shard of judge results (the judge stage flushes as it goes)."""
         if not rows:
@@ -164,18 +375,11 @@ class _ShardedDir:
     def judgements(self, judge: str | None = None) -> dict[str, dict[str, str | None]]:
         """``{episode_id: {key: value}}`` for one judge (all judges when None); per (episode, key)
         an ok row wins over a failed one, then the newest. A failed judgement maps to None."""
-        table = self._read("judgements", JUDGEMENT_SCHEMA)
-        best: dict[tuple[str, str], tuple[tuple[int, str], str | None]] = {}
-        for r in table.select(["episode_id", "judge", "key", "value", "ok", "batch_id"]).to_pylist():
-            if judge is not None and r["judge"] != judge:
-                continue
-            k = (r["episode_id"], r["key"])
-            rank = (1 if r["ok"] else 0, r["batch_id"])
-            if k not in best or rank > best[k][0]:
-                best[k] = (rank, r["value"] if r["ok"] else None)
+        t = self._judgement_table(["episode_id", "key", "value", "ok", "batch_id"], _eq("judge", judge))
+        t = t.take(_pick(t, ["episode_id", "key"], [("__ok", "descending"), ("batch_id", "descending")], True))
         out: dict[str, dict[str, str | None]] = {}
-        for (eid, key), (_, value) in best.items():
-            out.setdefault(eid, {})[key] = value
+        for r in t.select(["episode_id", "key", "value", "ok"]).to_pylist():
+            out.setdefault(r["episode_id"], {})[r["key"]] = r["value"] if r["ok"] else None
         return out
 
     def judgements_by_judge(self, parse: Callable[[str, str], str | None] | None = None
@@ -184,65 +388,84 @@ class _ShardedDir:
         :meth:`judgements`). With ``parse(key, raw_output)``, an ok row's value is re-read from its
         raw output through the current parser, so a parser fix applies to stored judgements: an
         answer the parser now rejects counts as malformed (None)."""
-        rows = self._read("judgements", JUDGEMENT_SCHEMA).select(
-            ["episode_id", "judge", "key", "value", "ok", "batch_id", "raw_output"]).to_pylist()
-        best: dict[tuple[str, str, str], tuple[tuple[int, str], dict[str, Any]]] = {}
-        for r in rows:
-            k = (r["judge"] or "", r["episode_id"], r["key"])
-            rank = (1 if r["ok"] else 0, r["batch_id"])
-            if k not in best or rank > best[k][0]:
-                best[k] = (rank, r)
+        cols = ["episode_id", "judge", "key", "value", "ok", "batch_id"] + (["raw_output"] if parse else [])
+        t = self._judgement_table(cols)
+        t = t.append_column("__judge", pc.fill_null(t["judge"], ""))
+        t = t.take(_pick(t, ["__judge", "episode_id", "key"], [("__ok", "descending"), ("batch_id", "descending")],
+                         True))
         out: dict[str, dict[str, dict[str, str | None]]] = {}
-        for (judge, eid, key), (_, r) in best.items():
+        for r in t.drop_columns(["judge", "batch_id", "__ok"]).to_pylist():
             value = r["value"] if r["ok"] else None
             if value is not None and parse is not None:
-                value = parse(key, r["raw_output"] or "")
-            out.setdefault(judge, {}).setdefault(eid, {})[key] = value
+                value = parse(r["key"], r["raw_output"] or "")
+            out.setdefault(r["__judge"], {}).setdefault(r["episode_id"], {})[r["key"]] = value
         return out
+
+    @staticmethod
+    def _judge_info_rows(t: pa.Table) -> pa.Array:
+        """Per judge id (null = ""), the row :meth:`judges` describes it by: the first with an
+        endpoint kind, else the last (rows written before the identity columns have none)."""
+        i = pa.array(np.arange(t.num_rows, dtype=np.int64))
+        has = _ok_rank(pc.fill_null(pc.not_equal(t["judge_kind"], ""), False))
+        k = pa.table({"jid": pc.fill_null(t["judge"], ""), "has": has,
+                      "sec": pc.if_else(pc.equal(has, 1), i, pc.negate(i))})
+        return _pick(k, ["jid"], [("has", "descending"), ("sec", "ascending")], True)
 
     def judges(self) -> dict[str, dict[str, str]]:
         """``{judge id: {"model", "kind", "prompt"}}`` for every judge with rows here. Rows written
         before the identity columns existed give the model from the id ("<model>:<hash>")."""
+        t = self._read("judgements", JUDGEMENT_SCHEMA, ["judge", "judge_model", "judge_kind", "judge_prompt"])
         out: dict[str, dict[str, str]] = {}
-        cols = ["judge", "judge_model", "judge_kind", "judge_prompt"]
-        for r in self._read("judgements", JUDGEMENT_SCHEMA).select(cols).to_pylist():
+        for r in t.take(self._judge_info_rows(t)).to_pylist():
             jid = r["judge"] or ""
-            if jid not in out or not out[jid]["kind"]:
-                out[jid] = {"model": r["judge_model"] or jid.rsplit(":", 1)[0], "kind": r["judge_kind"] or "",
-                            "prompt": r["judge_prompt"] or ""}
+            out[jid] = {"model": r["judge_model"] or jid.rsplit(":", 1)[0], "kind": r["judge_kind"] or "",
+                        "prompt": r["judge_prompt"] or ""}
         return out
 
-    def judgement_rows(self) -> list[dict[str, Any]]:
-        """Every judgement row ever written (all attempts' summaries, all judges), for accounting."""
-        return self._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+    def judgement_rows(self, columns: Sequence[str] | None = None, *, judge: str | None = None,
+                       ok: bool | None = None) -> list[dict[str, Any]]:
+        """Judgement rows as written (every attempt's summary, all judges), optionally only
+        ``columns``, one ``judge``'s, only ok (``ok=True``) or failed (``ok=False``) rows.
+        Compaction (:meth:`EpisodeStore.compact`) drops rows no reader can use."""
+        flag = None if ok is None else (pc.field("ok") == True if ok  # noqa: E712
+                                        else pc.field("ok").is_null() | (pc.field("ok") == False))  # noqa: E712
+        cols = list(columns) if columns is not None else None
+        return self._read("judgements", JUDGEMENT_SCHEMA, cols, _and(_eq("judge", judge), flag)).to_pylist()
 
-    def read_json(self, name: str) -> Any:
-        path = self.root / name
-        return json.loads(path.read_text()) if path.exists() else None
-
-    def run_infos(self, prefix: str = "run-") -> list[dict[str, Any]]:
-        """The info JSONs drivers leave after each run (``run-*.json``, ``pairwise-*.json``)."""
-        return [json.loads(p.read_text()) for p in sorted(self.root.glob(f"{prefix}*.json"))]
-
-    def write_json(self, name: str, obj: Any) -> None:
-        tmp = self.root / "_staging" / name
-        tmp.write_text(json.dumps(obj, indent=2, default=str))
-        os.replace(tmp, self.root / name)
-
-    # -- reading ---------------------------------------------------------------------------
-    def _read(self, sub: str, schema: pa.Schema) -> pa.Table:
-        files = sorted((self.root / sub).glob("part-*.parquet"))
-        if not files:
-            return schema.empty_table()
-        return pa.concat_tables([_conform(pq.read_table(f), schema) for f in files])
+    def _judgements_keep(self, files: list[str]) -> pa.Array:
+        """Rows of ``files`` compaction keeps: per (judge, episode, key) the best row (ok over
+        failed, then newest), and, when that row's value is None (so ``ray_jobs.judge.settled``
+        looks at the newest failed row's error to decide a retry), the newest failed row too;
+        per judge the row :meth:`judges` reads its identity from."""
+        t = self._judgement_table(["judge", "episode_id", "key", "value", "ok", "batch_id", "judge_model",
+                                   "judge_kind", "judge_prompt"], files=files)
+        if t.num_rows == 0:
+            return pa.array([], pa.int64())
+        keys = ["judge", "episode_id", "key"]
+        idx = pc.sort_indices(t, sort_keys=[(k, "ascending") for k in keys]
+                              + [("__ok", "descending"), ("batch_id", "descending")])
+        s = t.take(idx)
+        starts = _starts(s.select(keys))
+        ok = s["__ok"]
+        prev_ok = pa.chunked_array([pa.array([1], pa.int8()), *ok.slice(0, s.num_rows - 1).chunks], pa.int8())
+        # in a group's run, failed rows follow ok rows, newest first: the newest failed row is the
+        # first failed one
+        first_failed = pc.and_(pc.equal(ok, 0), pc.or_(starts, pc.equal(prev_ok, 1)))
+        run = pc.subtract(pc.cumulative_sum(pc.cast(starts, pa.int64())), 1)
+        best_none = pc.filter(pc.or_(pc.is_null(s["value"]), pc.equal(ok, 0)), starts)
+        keep = pc.or_(starts, pc.and_(first_failed, pc.take(best_none, run)))
+        return _sorted_unique(np.concatenate([np.asarray(pc.filter(idx, keep)),
+                                              np.asarray(self._judge_info_rows(t))]))
 
 
 class EpisodeStore(_ShardedDir):
-    """A run directory: episodes, steps, judgements and metrics of every config run into it."""
+    """A run directory: episodes, steps, judgements and metrics of every config run into it.
+    ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
     SUBDIRS = ("episodes", "steps", "metrics", "judgements")
 
-    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = ()) -> None:
-        super().__init__(run_dir)
+    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = (), *,
+                 filesystem: pafs.FileSystem | None = None, local_dir: str | Path | None = None) -> None:
+        super().__init__(run_dir, filesystem=filesystem, local_dir=local_dir)
         self.schema = episode_schema(extra_fields)
 
     def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]]) -> str:
@@ -259,59 +482,117 @@ class EpisodeStore(_ShardedDir):
         self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
         return batch_id
 
-    def write_metrics(self, rows: list[dict[str, Any]]) -> Path:
+    def write_metrics(self, rows: list[dict[str, Any]]) -> Path | str:
         return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
 
-    def episodes(self) -> pa.Table:
-        """Deduplicated episodes: per id, an ok row over an error row, then the newest."""
-        table = self._read("episodes", self.schema)
-        if table.num_rows == 0:
-            return table
-        rows = table.select(["episode_id", "status", "batch_id"]).to_pylist()
-        best: dict[str, tuple[tuple[int, str], int]] = {}
-        for i, r in enumerate(rows):
-            key = (1 if r["status"] == "ok" else 0, r["batch_id"])
-            if r["episode_id"] not in best or key > best[r["episode_id"]][0]:
-                best[r["episode_id"]] = (key, i)
-        keep = sorted(i for _, i in best.values())
-        return table.take(pa.array(keep, pa.int64()))
+    @staticmethod
+    def _columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
+        if columns is None:
+            return schema.names
+        cols = list(columns)
+        unknown = [c for c in cols if c not in schema.names]
+        if unknown:
+            raise KeyError(f"unknown columns {unknown}; the table has {schema.names}")
+        return cols
 
-    def steps(self) -> pa.Table:
-        table = self._read("steps", STEP_SCHEMA)
-        if table.num_rows == 0:
-            return table
-        ep = self.episodes().select(["episode_id", "batch_id"]).to_pylist()
-        wanted = {(r["episode_id"], r["batch_id"]) for r in ep}
-        keys = table.select(["episode_id", "batch_id", "step"]).to_pylist()
-        seen: set[tuple[str, str, int]] = set()
-        keep = []
-        for i, r in enumerate(keys):
-            k = (r["episode_id"], r["batch_id"], r["step"])
-            if (k[0], k[1]) in wanted and k not in seen:  # a compaction cut short leaves copies
-                seen.add(k)
-                keep.append(i)
-        return table.take(pa.array(keep, pa.int64()))
+    def episodes(self, columns: Sequence[str] | None = None, *, config_hash: str | Iterable[str] | None = None,
+                 benchmark: str | Iterable[str] | None = None, episode_ids: Iterable[str] | None = None,
+                 ok_only: bool = False, filter: pc.Expression | None = None) -> pa.Table:
+        """Deduplicated episodes: per id, an ok row over an error row, then the newest.
+
+        ``columns``: only these (in this order; only they and the dedup keys are read).
+        ``config_hash`` / ``benchmark`` / ``episode_ids`` (a value or a collection) and
+        ``ok_only`` are pushed down to the Parquet reader (they are the same on every row of an
+        episode id, or, for ``ok_only``, commute with the dedup). ``filter`` (a
+        ``pyarrow.compute`` expression over any columns) is applied to the deduplicated rows."""
+        cols = self._columns(self.schema, columns)
+        proj: dict[str, pc.Expression] = {c: pc.field(c) for c in dict.fromkeys([*cols, "episode_id", "status",
+                                                                                 "batch_id"])}
+        if filter is not None:
+            proj["__match"] = filter                 # evaluated while scanning, applied after the dedup
+        pushed = _and(_eq("config_hash", config_hash), _eq("benchmark", benchmark), _eq("episode_id", episode_ids),
+                      pc.field("status") == "ok" if ok_only else None)
+        t = self._read("episodes", self.schema, proj, pushed)
+        t = t.append_column("__ok", _ok_rank(t["status"], "ok"))
+        t = t.take(_pick(t, ["episode_id"], [("__ok", "descending"), ("batch_id", "descending")]))
+        if filter is not None:
+            t = t.filter(t["__match"])
+        return t.select(cols).cast(pa.schema([self.schema.field(c) for c in cols]))
+
+    def steps(self, columns: Sequence[str] | None = None, *, episode_ids: Iterable[str] | None = None,
+              config_hash: str | Iterable[str] | None = None) -> pa.Table:
+        """The steps of the episodes :meth:`episodes` keeps (only that row's batch), one row per
+        step number. ``episode_ids`` / ``config_hash`` restrict to those episodes; shards of
+        other batches are not opened."""
+        cols = self._columns(STEP_SCHEMA, columns)
+        ids = None if episode_ids is None else list(episode_ids)
+        winners = self.episodes(["episode_id", "batch_id"], episode_ids=ids, config_hash=config_hash)
+        files = self._files("steps", batches=set(pc.unique(winners["batch_id"]).to_pylist()))
+        need = list(dict.fromkeys([*cols, "episode_id", "batch_id", "step"]))
+        t = self._read("steps", STEP_SCHEMA, need, _eq("episode_id", ids), files)
+        wanted = _pair(winners["episode_id"], winners["batch_id"]).combine_chunks()
+        t = t.filter(pc.is_in(_pair(t["episode_id"], t["batch_id"]), value_set=wanted))
+        t = t.take(_pick(t, ["episode_id", "batch_id", "step"]))     # a compaction cut short leaves copies
+        return t.select(cols)
 
     def metrics(self) -> pa.Table:
-        path = self.root / "metrics" / "metrics.parquet"
-        return _conform(pq.read_table(path), METRIC_SCHEMA) if path.exists() else METRIC_SCHEMA.empty_table()
+        path = self._path("metrics", "metrics.parquet")
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return METRIC_SCHEMA.empty_table()
+        return _conform(pq.read_table(path, filesystem=self.fs), METRIC_SCHEMA)
 
-    def finished_ids(self) -> set[str]:
-        """Ids of episodes that need no re-run (status ok)."""
-        table = self._read("episodes", pa.schema([f for f in EPISODE_FIELDS if f.name in ("episode_id", "status")]))
-        return {r["episode_id"] for r in table.to_pylist() if r["status"] == "ok"}
+    def finished_ids(self, config_hash: str | Iterable[str] | None = None) -> set[str]:
+        """Ids of episodes that need no re-run (status ok): one column read, ok rows only."""
+        t = self._read("episodes", self.schema, ["episode_id"],
+                       _and(pc.field("status") == "ok", _eq("config_hash", config_hash)))
+        return set(pc.unique(t["episode_id"]).to_pylist())
 
     # -- maintenance -----------------------------------------------------------------------
     def compact(self) -> None:
-        """Rewrite each table as one shard of its deduplicated rows (atomic per table)."""
-        for sub, table in (("steps", self.steps()), ("episodes", self.episodes())):
-            old = sorted((self.root / sub).glob("part-*.parquet"))
-            if len(old) <= 1:
-                continue
-            name = f"part-{time.time_ns():020d}-compact.parquet"
-            self._write(table, sub, name)
-            for f in old:
-                f.unlink()
+        """Rewrite each table as one shard of the rows readers can see (steps, then episodes,
+        then judgements; atomic per table: the new shard is in place before the old ones go)."""
+        self._compact("steps", STEP_SCHEMA, self._steps_keep)
+        self._compact("episodes", self.schema, self._episodes_keep)
+        self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
+
+    def _episodes_keep(self, files: list[str]) -> pa.Array:
+        t = self._read("episodes", self.schema, ["episode_id", "status", "batch_id"], files=files)
+        t = t.append_column("__ok", _ok_rank(t["status"], "ok"))
+        return _pick(t, ["episode_id"], [("__ok", "descending"), ("batch_id", "descending")])
+
+    def _steps_keep(self, files: list[str]) -> pa.Array:
+        winners = self.episodes(["episode_id", "batch_id"])
+        t = self._read("steps", STEP_SCHEMA, ["episode_id", "batch_id", "step"], files=files)
+        mask = pc.is_in(_pair(t["episode_id"], t["batch_id"]),
+                        value_set=_pair(winners["episode_id"], winners["batch_id"]).combine_chunks())
+        rows = pc.indices_nonzero(mask)
+        return _sorted_unique(pc.take(rows, _pick(t.filter(mask), ["episode_id", "batch_id", "step"])))
+
+    def _compact(self, sub: str, schema: pa.Schema, keep: Callable[[list[str]], pa.Array],
+                 rows_per_group: int = 65536) -> None:
+        """Stream the kept rows (global indices over ``files`` in order) of each old shard into
+        one new shard, a shard at a time, then delete the old ones."""
+        files = self._files(sub)
+        if len(files) <= 1:
+            return
+        idx = np.asarray(keep(files), dtype=np.int64)
+        frags = list(self._dataset(sub, schema, files).get_fragments())
+        offsets = np.cumsum([0] + [f.count_rows() for f in frags])
+        name = f"part-{time.time_ns():020d}-compact.parquet"
+        staged = self._path("_staging", f"{sub}-{name}")
+        buf: list[pa.Table] = []
+        with pq.ParquetWriter(staged, schema, filesystem=self.fs) as w:
+            for i, frag in enumerate(frags):
+                lo, hi = np.searchsorted(idx, [offsets[i], offsets[i + 1]])
+                if hi > lo:
+                    t = frag.to_table(schema=schema)
+                    buf.append(t.take(pa.array(idx[lo:hi] - offsets[i])))
+                if buf and (sum(b.num_rows for b in buf) >= rows_per_group or i == len(frags) - 1):
+                    w.write_table(pa.concat_tables(buf))
+                    buf = []
+        self._publish(staged, self._path(sub, name))
+        for f in files:
+            self.fs.delete_file(f)
 
 
 class PairwiseStore(_ShardedDir):
@@ -328,10 +609,8 @@ class PairwiseStore(_ShardedDir):
 
     def comparisons(self) -> list[dict[str, Any]]:
         """One row per comparison id (the first written; a comparison's content never changes)."""
-        seen: dict[str, dict[str, Any]] = {}
-        for r in self._read("comparisons", COMPARISON_SCHEMA).to_pylist():
-            seen.setdefault(r["comparison_id"], r)
-        return list(seen.values())
+        t = self._read("comparisons", COMPARISON_SCHEMA)
+        return t.take(_pick(t, ["comparison_id"])).to_pylist()
 
 
 def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:

@@ -84,7 +84,13 @@ class IndexService:
         self.stats = {"search_calls": 0, "queries": 0, "batches": 0, "max_batch": 0, "embed_calls": 0}
 
     def ready(self) -> dict[str, Any]:
-        return {"documents": len(self.local.docs), "build_s": self.local.build_s, "gpu": self.local.index.on_gpu}
+        import os
+
+        import ray
+
+        return {"documents": len(self.local.docs), "build_s": self.local.build_s, "gpu": self.local.index.on_gpu,
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def _ensure_worker(self) -> None:
         if self._worker is None:
@@ -171,9 +177,25 @@ class RemoteIndex:
 
 
 def start_index_service(docs: Sequence[Document], model_name: str, device: str, batch_size: int,
-                        cache_dir: str | None, num_cpus: float, num_gpus: float) -> Any:
+                        cache_dir: str | None, num_cpus: float, num_gpus: float,
+                        resources: dict[str, float] | None = None) -> Any:
+    """The index actor, with ``num_cpus``/``num_gpus`` and custom ``resources`` (index.resources).
+    Without GPUs of its own it sees none: Ray leaves CUDA_VISIBLE_DEVICES alone for an actor that
+    asks for no GPU, so on a GPU node FAISS/torch would take one the replicas were given; with GPUs,
+    Ray sets it to the ones it assigned."""
     import ray
 
     actor_cls = ray.remote(IndexService)
-    return actor_cls.options(num_cpus=num_cpus, num_gpus=num_gpus, max_concurrency=1000).remote(
-        docs, model_name, device, batch_size, cache_dir)
+    # an index whose process or node dies is rebuilt by Ray from the same documents (embeddings
+    # come back from the cache) and searches in flight are retried there: they only read
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_concurrency": 1000,
+                               "resources": dict(resources) if resources else None,
+                               "max_restarts": -1, "max_task_retries": -1}
+    if not num_gpus:
+        options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}   # merged into the job's env_vars
+    docs_ref = ray.put(list(docs))         # held by the driver: a restart rebuilds from it
+    _CONSTRUCTOR_ARGS.append(docs_ref)
+    return actor_cls.options(**options).remote(docs_ref, model_name, device, batch_size, cache_dir)
+
+
+_CONSTRUCTOR_ARGS: list[Any] = []

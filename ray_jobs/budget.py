@@ -60,6 +60,21 @@ def recorded_spend(cfg: Config, store: EpisodeStore, config_hash: str) -> Spend:
     return s
 
 
+def recorded_closure(cfg: Config, store: EpisodeStore, config_hash: str) -> tuple[str, str] | None:
+    """``(cap, reason)`` when an earlier run of this configuration closed its budget on a cap that
+    is still set and no larger now: the budget stays closed (re-running the same command starts
+    nothing, not even a call small enough to fit), until that cap is raised."""
+    caps = Caps.of(cfg.run.budget)
+    infos = [(i.get("budget") or {}) for i in store.run_infos() if i.get("config_hash") == config_hash]
+    infos += [i for i in store.run_infos(LIVE_PREFIX) if i and i.get("config_hash") == config_hash]
+    for b in infos:
+        name, then = b.get("closed_cap") or "", (b.get("caps") or {}).get(b.get("closed_cap") or "")
+        now = getattr(caps, name, None) if name else None
+        if now is not None and then is not None and now <= then:
+            return name, f"{b.get('exhausted') or name} (closed by an earlier run; raise run.budget.{name} to resume)"
+    return None
+
+
 def _judge_prices(judge: dict[str, Any], model: dict[str, Any]) -> Prices:
     """Token prices of the judge's calls: an external judge's own, else its hosted model's."""
     return Prices.of_judge(judge, judge.get("hosted_model") or model)
@@ -71,7 +86,8 @@ def exhausted_before_start(cfg: Config, store: EpisodeStore, config_hash: str) -
     caps = Caps.of(cfg.run.budget)
     if not caps.any:
         return ""
-    return Budget(caps, Prices.of_model(to_plain(cfg.model)), recorded_spend(cfg, store, config_hash)).exhausted()
+    return Budget(caps, Prices.of_model(to_plain(cfg.model)), recorded_spend(cfg, store, config_hash),
+                  closed=recorded_closure(cfg, store, config_hash)).exhausted()
 
 
 class RunBudget:
@@ -105,7 +121,8 @@ class RunBudget:
         summary["run_id"] = self.run_id
         self._store.write_json(f"{LIVE_PREFIX}{self.run_id}.json",
                                {"config_hash": self._config_hash, "run_id": self.run_id, "run": summary["run"],
-                                "at": time.time()})
+                                "caps": summary["caps"], "exhausted": summary["exhausted"],
+                                "closed_cap": summary["closed_cap"], "at": time.time()})
         return summary
 
     def _report(self) -> None:
@@ -153,7 +170,7 @@ def start_budget(cfg: Config, config_hash: str, store: EpisodeStore, session: Se
     # a reservation nobody settles (its worker died mid-call) is charged in full after the
     # longest a call can take
     ttl = m.request_timeout_s * (m.max_retries + 1) + 60.0
-    actor = start_budget_actor(caps, prices, initial, ttl)
+    actor = start_budget_actor(caps, prices, initial, ttl, recorded_closure(cfg, store, config_hash))
     uptime = None
     if m.kind == "vllm" and session.pool_of(m) is not None:
         base = 0.0 if model_started else session.replica_seconds(m)
@@ -168,6 +185,12 @@ def budget_exhausted_rows(setup: WorkerSetup, specs: list[EpisodeSpec], reason: 
     return [unstarted_row(setup, s, BUDGET_EXHAUSTED, f"BudgetExhausted: {reason} (never started)") for s in specs]
 
 
+def judge_prices_match(cfg: Config) -> bool:
+    """Whether the judge's calls cost what the model's do (a self-judge, a hosted judge at the same
+    token prices): then they can reserve from the generation's own ledger."""
+    return _judge_prices(to_plain(cfg.judge), to_plain(cfg.model)) == Prices.of_model(to_plain(cfg.model))
+
+
 def judge_budget_gate(cfg: Config, store: EpisodeStore, config_hash: str) -> BudgetGate | None:
     """A gate for the judge stage's calls (in the driver; None without caps): the same caps,
     starting from what the run dir records (this run's generation included, from its ledger
@@ -177,6 +200,7 @@ def judge_budget_gate(cfg: Config, store: EpisodeStore, config_hash: str) -> Bud
     if not caps.any:
         return None
     jp = _judge_prices(to_plain(cfg.judge), to_plain(cfg.model))
-    return BudgetGate.local(Budget(caps, jp, recorded_spend(cfg, store, config_hash)))
+    return BudgetGate.local(Budget(caps, jp, recorded_spend(cfg, store, config_hash),
+                                   closed=recorded_closure(cfg, store, config_hash)))
 
 

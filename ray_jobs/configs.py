@@ -68,10 +68,12 @@ def compose_pairwise(overrides: Sequence[str] = ()) -> PairwiseConfig:
     return cfg
 
 
-def hydra_main(config_name: str, body: Callable[[Any, Any], None]) -> None:
+def hydra_main(config_name: str, body: Callable[[Any, Any], None],
+               after: Callable[[Any], Any] | None = None) -> None:
     """Run ``body(typed_config, session)`` under Hydra (``-m`` sweeps included) with one
     :class:`~ray_jobs.session.Session` for the whole process, closed at the end: every point of a
-    sweep shares Ray, model pools, index and services."""
+    sweep shares Ray, model pools, index and services. ``after(session)`` runs once Hydra has
+    called ``body`` for every point (a driver that collects the points and runs them together)."""
     import hydra
     from omegaconf import DictConfig
 
@@ -89,5 +91,7 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], None]) -> None:
 
     try:
         _main()
+        if after is not None:
+            after(session)
     finally:
         session.close()

@@ -50,11 +50,10 @@ def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[
     if not retry_failed_calls:
         return done
     last: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in store.judgement_rows():
-        if r["judge"] == judge_id and not r["ok"]:
-            k = (r["episode_id"], r["key"])
-            if k not in last or r["batch_id"] > last[k]["batch_id"]:
-                last[k] = r
+    for r in store.judgement_rows(["episode_id", "key", "batch_id", "error"], judge=judge_id, ok=False):
+        k = (r["episode_id"], r["key"])
+        if k not in last or r["batch_id"] > last[k]["batch_id"]:
+            last[k] = r
     for (eid, key), r in last.items():
         if done.get(eid, {}).get(key, "") is None and not (r["error"] or "").startswith(MALFORMED):
             del done[eid][key]
@@ -67,13 +66,87 @@ def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: 
     (same episode_id and key) yield one request."""
     done = settled(store, judge_id, retry_failed_calls)
     out: dict[tuple[str, str], JudgeRequest] = {}
-    for row in store.episodes().to_pylist():
-        if row["config_hash"] != config_hash or row["status"] != "ok":
-            continue
+    for row in store.episodes(config_hash=config_hash, ok_only=True).to_pylist():
         for r in bench.judge_requests(row, done):
             if r.key not in done.get(r.episode_id, {}):
                 out.setdefault((r.episode_id, r.key), r)
     return list(out.values())
+
+
+class JudgeCaller:
+    """Makes judge calls for one judge and hands the result rows to ``flush`` in shards: a
+    malformed answer is retried up to ``judge.max_attempts`` times, then recorded as a failure;
+    an endpoint failure ends the call (recorded; the next stage run asks again); a call the budget
+    refuses leaves no row (a later run asks again). Shared by the batch (``judge_batch``) and the
+    streaming judge of a run (:class:`JudgeStream`)."""
+
+    def __init__(self, endpoints: list[Endpoint], j: JudgeConfig, parse: Callable[[str, str], str | None],
+                 judge: JudgeIdentity, flush: Callable[[list[dict[str, Any]]], Any], gate: BudgetGate | None = None,
+                 max_inflight: int | None = None) -> None:
+        # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
+        # no waiting for a dead judge to come back: the call fails and the next stage run asks again
+        self.router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1),
+                             max_inflight or j.max_inflight, reroute_wait_s=0.0)
+        self.j, self.parse, self.judge, self._flush, self.gate = j, parse, judge, flush, gate
+        self.buf: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+        self.stats = {"requests": 0, "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0,
+                      "budget_exhausted": 0}
+
+    async def call(self, req: JudgeRequest) -> dict[str, Any] | None:
+        """Judge one request; returns its stored row (None: the budget refused it)."""
+        j, stats = self.j, self.stats
+        stats["requests"] += 1
+        if self.gate is not None:
+            current_gate.set(self.gate)       # this task's calls reserve from the budget
+        client = self.router.client_for(req.episode_id)
+        row = {"episode_id": req.episode_id, **self.judge.columns(), "key": req.key, "value": None, "ok": False,
+               "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0}
+        try:
+            for attempt in range(1, j.max_attempts + 1):
+                row["attempts"] = attempt
+                try:
+                    c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema,
+                                          seed=attempt - 1)
+                except BudgetExhausted:       # the run's budget is spent: no row, the next run asks again
+                    stats["budget_exhausted"] += 1
+                    stats["tokens_in"] += row["tokens_in"]
+                    stats["tokens_out"] += row["tokens_out"]
+                    return None
+                except GenerationError as e:  # the endpoint failed, not the judge: the next stage run asks again
+                    row["error"] = str(e)
+                    break
+                row["raw_output"] = c.text
+                row["tokens_in"] += c.prompt_tokens
+                row["tokens_out"] += c.completion_tokens
+                row["latency_s"] += c.latency_s
+                value = self.parse(req.key, c.text)
+                if value is not None:
+                    row.update(value=value, ok=True, error="")
+                    break
+                row["error"] = f"{MALFORMED}: {c.text[:200]!r}"
+                stats["retried"] += attempt < j.max_attempts
+        finally:
+            client.close()                  # no longer counts toward its replica's load
+        stats["ok" if row["ok"] else "failed"] += 1
+        stats["tokens_in"] += row["tokens_in"]
+        stats["tokens_out"] += row["tokens_out"]
+        self.buf.append(row)
+        # a shard every 64 results, or every FLUSH_S on slow judges (long claim extractions),
+        # so a killed stage loses little
+        if len(self.buf) >= 64 or time.monotonic() - self.last_flush >= FLUSH_S:
+            self.flush()
+        return row
+
+    def flush(self) -> None:
+        if self.buf:
+            self._flush(self.buf[:])
+            self.buf.clear()
+        self.last_flush = time.monotonic()
+
+    async def close(self) -> None:
+        self.flush()
+        await self.router.close()
 
 
 async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j: JudgeConfig,
@@ -83,64 +156,143 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
     results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
-    # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
-    # no waiting for a dead judge to come back: the call fails and the next stage run asks again
-    router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1), j.max_inflight,
-                    reroute_wait_s=0.0)
-    buf: list[dict[str, Any]] = []
-    last_flush = [time.monotonic()]
-    stats = {"requests": len(requests), "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0,
-             "budget_exhausted": 0}
-
-    async def one(req: JudgeRequest) -> None:
-        client = router.client_for(req.episode_id)
-        row = {"episode_id": req.episode_id, **judge.columns(), "key": req.key, "value": None, "ok": False,
-               "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0}
-        for attempt in range(1, j.max_attempts + 1):
-            row["attempts"] = attempt
-            try:
-                c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema, seed=attempt - 1)
-            except BudgetExhausted:           # the run's budget is spent: no row, the next run asks again
-                client.close()
-                stats["budget_exhausted"] += 1
-                stats["tokens_in"] += row["tokens_in"]
-                stats["tokens_out"] += row["tokens_out"]
-                return
-            except GenerationError as e:      # the endpoint failed, not the judge: the next stage run asks again
-                row["error"] = str(e)
-                break
-            row["raw_output"] = c.text
-            row["tokens_in"] += c.prompt_tokens
-            row["tokens_out"] += c.completion_tokens
-            row["latency_s"] += c.latency_s
-            value = parse(req.key, c.text)
-            if value is not None:
-                row.update(value=value, ok=True, error="")
-                break
-            row["error"] = f"{MALFORMED}: {c.text[:200]!r}"
-            stats["retried"] += attempt < j.max_attempts
-        client.close()                      # no longer counts toward its replica's load
-        stats["ok" if row["ok"] else "failed"] += 1
-        stats["tokens_in"] += row["tokens_in"]
-        stats["tokens_out"] += row["tokens_out"]
-        buf.append(row)
-        # a shard every 64 results, or every FLUSH_S on slow judges (long claim extractions),
-        # so a killed stage loses little
-        if len(buf) >= 64 or time.monotonic() - last_flush[0] >= FLUSH_S:
-            flush(buf[:])
-            buf.clear()
-            last_flush[0] = time.monotonic()
-
-    gated = current_gate.set(gate) if gate is not None else None      # every call reserves from the budget
+    caller = JudgeCaller(endpoints, j, parse, judge, flush, gate)
     try:
-        await asyncio.gather(*(one(r) for r in requests))
+        await asyncio.gather(*(caller.call(r) for r in requests))
     finally:
-        if gated is not None:
-            current_gate.reset(gated)
-        if buf:
-            flush(buf[:])
-        await router.close()
-    return stats
+        await caller.close()
+    return caller.stats
+
+
+class _Target:
+    """What the stream judges for one configuration in one run dir."""
+
+    def __init__(self, bench: Any, caller: JudgeCaller, done: dict[str, dict[str, str | None]],
+                 rows_at_once: int) -> None:
+        self.bench, self.caller, self.done = bench, caller, done
+        # episodes whose prompts exist at once: a backlog of finished episodes waits as rows, and
+        # their (long, for analyst) judge prompts are built only when there is room to send them
+        self.room = asyncio.Semaphore(rows_at_once)
+        self.inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        self.asked: set[tuple[str, str]] = set()    # asked in this stream (an endpoint failure is not asked twice)
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self.stopped = False                        # the budget refused a call: nothing more is asked
+        self.rows = 0
+        self.errors = 0
+
+    async def request(self, req: JudgeRequest) -> None:
+        k = (req.episode_id, req.key)
+        if k in self.inflight:              # a task-level judgement another episode asked for
+            await asyncio.shield(self.inflight[k])
+            return
+        self.asked.add(k)
+        fut: asyncio.Future[Any] = asyncio.ensure_future(self.caller.call(req))
+        self.inflight[k] = fut
+        try:
+            row = await fut
+        finally:
+            del self.inflight[k]
+        if row is None:
+            self.stopped = True
+        elif row["ok"] or row["error"].startswith(MALFORMED):
+            self.done.setdefault(req.episode_id, {})[req.key] = row["value"]
+
+    async def judge_row(self, row: dict[str, Any]) -> None:
+        async with self.room:
+            await self._judge_row(row)
+
+    async def _judge_row(self, row: dict[str, Any]) -> None:
+        for _ in range(MAX_ROUNDS):         # an answer may unlock the next round's requests
+            if self.stopped:
+                return
+            reqs = [r for r in self.bench.judge_requests(row, self.done)
+                    if r.key not in self.done.get(r.episode_id, {}) and (r.episode_id, r.key) not in self.asked
+                    or (r.episode_id, r.key) in self.inflight]
+            if not reqs:
+                return
+            await asyncio.gather(*(self.request(r) for r in reqs))
+
+
+def _done(t: _Target, f: asyncio.Future[Any], episode_id: str) -> None:
+    t.tasks.discard(f)
+    if not f.cancelled() and f.exception() is not None:     # a bug: say so, the run goes on
+        t.errors += 1
+        log.error("judging episode %s failed: %r", episode_id, f.exception())
+
+
+class JudgeStream:
+    """Judges episodes while generation runs: the driver hands each finished episode row to
+    ``submit`` and the stream asks that episode's judge requests at once (the next round as soon
+    as an answer unlocks it), in flight up to the judge's engine batch per endpoint, on an asyncio
+    loop in a thread of its own. Task-level requests that several episodes share (same episode id
+    and key) are asked once. ``finish`` waits for everything submitted and returns each target's
+    stats."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="judge-stream", daemon=True)
+        self._thread.start()
+        self.targets: dict[str, _Target] = {}
+        self.t0: dict[str, float] = {}
+
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def add(self, key: str, cfg: Config, bench: Any, store: EpisodeStore, endpoints: list[Endpoint],
+            gate: BudgetGate | None = None, max_inflight: int | None = None) -> None:
+        """Judge configuration ``key`` (stored in ``store``) with ``cfg.judge`` on ``endpoints``;
+        what the store already settled for this judge is not asked again (endpoint failures of
+        earlier runs are)."""
+        judge = judge_identity(cfg, getattr(bench, "judge_prompt_version", ""))
+        done = settled(store, judge.id)
+
+        async def make() -> None:
+            caller = JudgeCaller(endpoints, cfg.judge, bench.parse_judgement, judge, store.write_judgements, gate,
+                                 max_inflight)
+            per_endpoint = max_inflight or cfg.judge.max_inflight
+            self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)))
+        self._run(make())
+        self.t0[key] = time.time()
+
+    def submit(self, key: str, rows: list[dict[str, Any]]) -> None:
+        """Judge these episode rows (ok rows only; thread-safe, returns at once)."""
+        def start() -> None:
+            t = self.targets[key]
+            for row in rows:
+                if row.get("status") == "ok":
+                    t.rows += 1
+                    task = asyncio.ensure_future(t.judge_row(row))
+                    t.tasks.add(task)
+                    task.add_done_callback(lambda f, t=t, eid=row["episode_id"]: _done(t, f, eid))
+        self.loop.call_soon_threadsafe(start)
+
+    def finish(self, key: str) -> dict[str, Any]:
+        """Wait for everything submitted for ``key``, flush, and return its stats."""
+        async def drain() -> dict[str, Any]:
+            t = self.targets.pop(key)
+            while t.tasks:
+                await asyncio.gather(*list(t.tasks), return_exceptions=True)
+            await t.caller.close()
+            return dict(t.caller.stats, judge=t.caller.judge.id, judge_model=t.caller.judge.model, episodes=t.rows,
+                        errors=t.errors)
+        self._run(asyncio.sleep(0))         # the submissions queued before this call have started
+        stats = self._run(drain())
+        stats["wall_s"] = round(time.time() - self.t0.pop(key), 1)
+        if stats["budget_exhausted"]:
+            log.warning("judge: the run budget is spent; %d judgement(s) left for a later run",
+                        stats["budget_exhausted"])
+        return stats
+
+    def close(self) -> None:
+        for key in list(self.targets):
+            try:
+                self.finish(key)
+            except Exception as e:  # noqa: BLE001 - teardown goes on
+                log.warning("judge stream %s: %s", key, e)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
 
 
 def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,

@@ -11,20 +11,24 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import defaultdict
-from dataclasses import asdict, dataclass
+from collections import defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.benchmarks import get_benchmark
+from engine.budget import Caps
 from engine.config import Config, ModelConfig, stable_hash, to_plain, validate
-from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, unstarted_row
-from engine.judges import SELF_JUDGED, judged_views, self_judged_note
+from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
+from engine.judges import SELF_JUDGED, judge_identity, judged_views, self_judged_note
 from engine.llm import SamplingParams
 from engine.progress import Progress, table
-from engine.storage import EpisodeStore, metric_rows
-from ray_jobs.budget import RunBudget, budget_exhausted_rows, exhausted_before_start, judge_budget_gate, start_budget
-from ray_jobs.judge import run_judge_stage
+from engine.protocol import BenchmarkBase
+from engine.storage import EpisodeStore, is_uri, metric_rows
+from ray_jobs.budget import (RunBudget, budget_exhausted_rows, exhausted_before_start, judge_budget_gate,
+                             judge_prices_match, start_budget)
+from ray_jobs.judge import JudgeStream, judge_endpoints, pending_requests
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.run")
@@ -36,7 +40,7 @@ class Plan:
     specs: list[EpisodeSpec]
     todo: list[EpisodeSpec]
     config_hash: str
-    run_dir: Path
+    run_dir: Path | str          # a local folder, or a pyarrow filesystem URI (s3://bucket/prefix)
 
 
 def repo_path(p: str) -> Path:
@@ -45,8 +49,9 @@ def repo_path(p: str) -> Path:
     return q if q.is_absolute() else REPO_ROOT / q
 
 
-def run_dir(cfg: Config) -> Path:
-    return repo_path(cfg.run.dir)
+def run_dir(cfg: Config) -> Path | str:
+    """The run dir: a URI (``s3://``, ``gs://``) as given, else a local path (see :func:`repo_path`)."""
+    return cfg.run.dir if is_uri(cfg.run.dir) else repo_path(cfg.run.dir)
 
 
 def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:
@@ -82,7 +87,7 @@ def plan(cfg: Config) -> Plan:
             specs.append(EpisodeSpec(eid, config_hash, task, task.task_id, seed))
     rd = run_dir(cfg)
     store = EpisodeStore(rd, bench.episode_fields)
-    done = store.finished_ids()
+    done = store.finished_ids(config_hash=config_hash)
     todo = [s for s in specs if s.episode_id not in done]
     return Plan(specs, todo, config_hash, rd)
 
@@ -106,142 +111,452 @@ def needed_cpus(cfg: Config, bench: Any) -> float:
             + c.num_workers * c.worker_num_cpus + sum(s.num_cpus for s in bench.services(cfg)))
 
 
-def execute(cfg: Config, p: Plan, store: EpisodeStore, session: Session) -> dict[str, Any]:
-    """Run the planned episodes on Ray; rows are flushed as they finish."""
+@dataclass
+class Point:
+    """One configuration of a sweep in its run dir, and what the sweep does for it."""
+    key: str                     # config hash @ run dir
+    cfg: Config
+    bench: Any
+    plan: Plan
+    store: EpisodeStore
+    uses_model: bool
+    generate: bool               # episodes to run
+    judge: bool                  # a judge to run (over new and earlier episodes)
+    pools: tuple[str, ...]       # hosted model pools it needs (model under test, judge model)
+    info: dict[str, Any]
+    budget: RunBudget | None = None
+    setup: WorkerSetup | None = None
+    index: Any = None            # its index actor and service actors (while generating)
+    services: dict[str, Any] = field(default_factory=dict)
+
+
+def pool_demand(m: ModelConfig) -> dict[str, float]:
+    """Ray resources all replicas of ``m`` ask for (nothing for an external endpoint)."""
+    if m.kind != "vllm":
+        return {}
+    out = {"CPU": m.replicas * m.num_cpus, "GPU": m.replicas * m.num_gpus}
+    for k, v in m.resources.items():
+        out[k] = out.get(k, 0.0) + m.replicas * float(v)
+    return {k: v for k, v in out.items() if v}
+
+
+def plan_waves(points: list[Point], models: dict[str, ModelConfig], capacity: dict[str, float]) -> list[list[Point]]:
+    """Group the points into waves whose hosted models fit the cluster at once (``capacity``:
+    resources left for models), largest models first. Points that need no hosted model go in the
+    first wave; a point whose models alone do not fit gets a wave of its own (its replicas then
+    fail to place with an error naming what is missing, never a hang)."""
+    def size(keys: Any) -> tuple[float, float]:
+        d = pool_demand_of(models, keys)
+        return d.get("GPU", 0.0), d.get("CPU", 0.0)
+
+    def fits(keys: set[str]) -> bool:
+        return all(v <= capacity.get(r, 0.0) + 1e-9 for r, v in pool_demand_of(models, keys).items())
+
+    todo = sorted(points, key=lambda p: size(p.pools), reverse=True)
+    waves: list[list[Point]] = []
+    while todo:
+        keys: set[str] = set()
+        wave: list[Point] = []
+        for p in todo:
+            if not wave or fits(keys | set(p.pools)):
+                wave.append(p)
+                keys |= set(p.pools)
+        todo = [p for p in todo if p not in wave]
+        waves.append(wave)
+    free = [p for w in waves for p in w if not p.pools]
+    if free and len(waves) > 1:          # nothing to host: run alongside the first wave
+        waves = [[p for p in waves[0] if p.pools] + free] + [[p for p in w if p.pools] for w in waves[1:]]
+    return [w for w in waves if w]
+
+
+def make_point(cfg: Config) -> Point:
+    validate(cfg)
+    bench = get_benchmark(cfg.benchmark.name)
+    p = plan(cfg)
+    store = EpisodeStore(p.run_dir, bench.episode_fields)
+    store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
+    uses_model = bench.uses_model(cfg.agent)
+    info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
+    log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
+             len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
+    generate = bool(p.todo)
+    closed = exhausted_before_start(cfg, store, p.config_hash)     # no call of this point may start
+    if generate and closed:
+        log.warning("not starting %d episodes: %s (raise run.budget.* to resume)", len(p.todo), closed)
+        info["budget_exhausted_before_start"] = closed
+        generate = False
+    judges = type(bench).judge_requests is not BenchmarkBase.judge_requests     # it asks for judgements at all
+    judge = cfg.judge.kind != "none" and judges and not closed and (
+        generate or bool(pending_requests(cfg, bench, store, p.config_hash,
+                                          judge_identity(cfg, getattr(bench, "judge_prompt_version", "")).id)))
+    pools: list[str] = []
+    if generate and uses_model:
+        pools.append(Session.key(cfg.model))
+    if judge and cfg.judge.kind == "hosted":
+        pools.append(Session.key(cfg.judge.hosted_model or cfg.model))
+    return Point(f"{p.config_hash}@{p.run_dir}", cfg, bench, p, store, uses_model, generate, judge,
+                 tuple(dict.fromkeys(pools)), info)
+
+
+def run_sweep(cfgs: list[Config], session: Session | None = None) -> list[dict[str, Any]]:
+    """Every configuration of a sweep as one job: all points planned up front, one queue of
+    episodes per model feeding one set of workers, the models that fit hosted at once (waves,
+    largest first, when they do not), judging streamed as episodes finish, metrics reduced once
+    at the end. Returns each configuration's run info (in ``cfgs`` order)."""
+    own = session is None
+    session = session or Session()
+    t0 = time.time()
+    points: dict[str, Point] = {}
+    order: list[str] = []
+    for cfg in cfgs:
+        pt = make_point(cfg)
+        order.append(pt.key)
+        points.setdefault(pt.key, pt)        # the same configuration twice runs once
+    work = [p for p in points.values() if p.generate or p.judge]
+    models = {Session.key(m): m for p in points.values()
+              for m in (p.cfg.model, p.cfg.judge.hosted_model) if m is not None}
+    try:
+        if work:
+            _run_waves(work, models, session)
+    finally:
+        if own:
+            session.close()
+    # metrics once per run dir and benchmark, over everything in the store
+    reduced: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in points.values():
+        k = (str(p.plan.run_dir), p.bench.name)
+        if k not in reduced:
+            reduced[k] = reduce_metrics(p.store, p.bench.name)
+            if p.cfg.run.compact:
+                p.store.compact()
+    for p in points.values():
+        info = p.info
+        info["wall_s"] = time.time() - t0
+        info.setdefault("model_starts_in_session", session.model_starts)
+        info["config_hash"] = p.plan.config_hash
+        info["model"] = to_plain(p.cfg.model)
+        info["judge_config"] = to_plain(p.cfg.judge)
+        info.setdefault("replica_seconds_run", 0.0)
+        p.store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.plan.config_hash[:6]}.json", info)
+        model = p.cfg.model.name if p.uses_model else "none"
+        sys.stderr.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
+        sys.stderr.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
+        sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
+                         f"{info.get('episodes_planned', 0)} run; model starts this session: "
+                         f"{session.model_starts})\n")
+    return [points[k].info for k in order]
+
+
+def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Session) -> None:
     import ray
 
-    from engine.dispatch import start_workers
+    first = work[0].cfg
+    fixed: dict[str, float] = {"CPU": 0.0}
+    seen: set[str] = set()
+    for p in work:
+        c, i = p.cfg.cluster, p.cfg.index
+        for key, cpus in ((f"workers:{p.pools[:1]}", c.num_workers * c.worker_num_cpus if p.generate else 0.0),
+                          (f"index:{stable_hash(to_plain(i), p.bench.name)}", i.num_cpus if p.generate else 0.0),
+                          *((f"svc:{s.name}", s.num_cpus) for s in (p.bench.services(p.cfg) if p.generate else []))):
+            if key not in seen:
+                seen.add(key)
+                fixed["CPU"] += cpus
+    needs_ray = any(p.generate for p in work) or any(pool_demand(models[k]) for p in work for k in p.pools)
+    capacity: dict[str, float] = {}
+    if needs_ray:
+        # a local cluster fits every point alone (models beyond that are hosted in waves)
+        session.ensure_ray(first, fixed["CPU"] + max(pool_demand_of(models, p.pools).get("CPU", 0.0) for p in work))
+        total = {k: float(v) for k, v in ray.cluster_resources().items()}
+        capacity = {k: v - fixed.get(k, 0.0) for k, v in total.items()}
+    waves = plan_waves(work, models, capacity)
+    if len(waves) > 1:
+        log.info("%d models do not fit the cluster at once: %d waves (%s)", len(models), len(waves),
+                 "; ".join(", ".join(sorted({models[k].name for p in w for k in p.pools})) or "-" for w in waves))
+    for n, wave in enumerate(waves):
+        later = {k for w in waves[n + 1:] for p in w for k in p.pools}
+        _run_wave(wave, models, session)
+        session.stop_pools(keep=later)
 
-    bench = get_benchmark(cfg.benchmark.name)
-    uses_model = bench.uses_model(cfg.agent)
-    m, c = cfg.model, cfg.cluster
-    session.ensure_ray(cfg, needed_cpus(cfg, bench))
-    info: dict[str, Any] = {"episodes_planned": len(p.todo)}
+
+def pool_demand_of(models: dict[str, ModelConfig], keys: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in keys:
+        for r, v in pool_demand(models[k]).items():
+            out[r] = out.get(r, 0.0) + v
+    return out
+
+
+def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session) -> None:
+    """Host the wave's models (at once), then run and judge every point of the wave together."""
+    keys = list(dict.fromkeys(k for p in wave for k in p.pools))
+    session.stop_pools(keep=set(keys))
+    log_dir = {k: next(p.store.root for p in wave if k in p.pools) / "logs" for k in keys}
+    uptime0 = {k: session.replica_seconds(models[k]) for k in keys}
+    started0 = set(session.pools)
     t0 = time.time()
-    starts_before = session.model_starts
-    index = session.index(cfg, bench)
-    services = session.benchmark_services(cfg, bench)
-    endpoints = session.model(cfg, p.run_dir / "logs") if uses_model else []
-    info["model_started"] = session.model_starts > starts_before
-    info["model_startup"] = session.startup if info["model_started"] else "reused"
-    info["index"] = ray.get(index.ready.remote()) if index is not None else None
-    info["services"] = {k: ray.get(h.info.remote()) if hasattr(h, "info") else {} for k, h in services.items()}
-    info["startup_s"] = time.time() - t0
-    log.info("ready in %.0f s: %d endpoint(s), index %s, services %s", info["startup_s"], len(endpoints),
-             info["index"], info["services"])
-    workers: list[Any] = []
-    budget: RunBudget | None = None
+    with ThreadPoolExecutor(max(1, len(keys))) as ex:       # replicas of all the wave's models start at once
+        list(ex.map(lambda k: session.pool(models[k], log_dir[k], keep=set(keys)), keys))
+    startup_s = time.time() - t0
+    stream = JudgeStream()
+    groups: dict[str, list[Point]] = defaultdict(list)
+    claimed: set[str] = set()
     try:
-        budget = start_budget(cfg, p.config_hash, store, session, info["model_started"])
-        setup = WorkerSetup(
-            benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
-            endpoints=endpoints,
-            sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
-            inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
-            top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model,
-            data_json=data_identity(cfg), artifacts_dir=str(p.run_dir / "artifacts"),
-            model_path=m.path if m.kind == "vllm" else "",
-            # a hosted replica that dies is restarted by the driver: calls wait for it that long
-            reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
-            budget=budget.actor if budget is not None else None)
-        workers = start_workers(setup, index, c.num_workers, c.episodes_per_worker, c.worker_num_cpus, services)
-        # Each worker gets at most episodes_per_worker episodes at a time and is refilled as they
-        # finish: faster workers take more, and the actor keeps a free slot for progress polls.
-        queue = list(reversed(p.todo))
-        pending: dict[Any, tuple[int, EpisodeSpec]] = {}
-        attempts: dict[str, int] = defaultdict(int)
-        pool = session.pool_of(m) if uses_model else None
-
-        def submit(w: int) -> None:
-            if queue:
-                spec = queue.pop()
-                attempts[spec.episode_id] += 1
-                pending[workers[w].run.remote(spec)] = (w, spec)
-
-        for _ in range(c.episodes_per_worker):
-            for w in range(len(workers)):
-                submit(w)
-        progress = Progress(len(p.todo), cfg.run.progress)
-        buf_e: list[dict[str, Any]] = []
-        buf_s: list[dict[str, Any]] = []
-        last_flush = last_poll = last_health = time.monotonic()
-        failures = requeued = 0
-        totals = {"steps": 0, "tokens_in": 0, "tokens_out": 0}
-
-        def poll_live() -> None:
-            try:
-                lives = ray.get([w.live.remote() for w in workers], timeout=10)
-            except Exception:  # progress is best effort (a worker may be restarting)
-                return
-            for key in totals:
-                totals[key] = sum(x[key] for x in lives)
-            progress.set_live(totals["steps"], totals["tokens_in"], totals["tokens_out"])
-
+        for p in wave:
+            p.info["startup_s"] = startup_s
+            model_key = Session.key(p.cfg.model)
+            # the first point of the wave that uses a model it started pays for the start
+            p.info["model_started"] = p.uses_model and p.cfg.model.kind == "vllm" and model_key in keys \
+                and model_key not in started0 and model_key not in claimed
+            if p.info["model_started"]:
+                claimed.add(model_key)
+            p.info["model_startup"] = session.startups.get(model_key, "reused") if p.info["model_started"] else "reused"
+            if p.generate:
+                _prepare_generation(p, session)
+                groups[model_key if p.uses_model else "none"].append(p)
+            if p.judge:
+                _add_judge(stream, p, session)
+                if p.info["episodes_skipped"]:      # episodes of earlier runs may still miss judgements
+                    stream.submit(p.key, p.store.episodes(config_hash=p.plan.config_hash, ok_only=True).to_pylist())
         t_run = time.time()
-        try:
-            while pending:
-                if budget is not None and queue and (why := budget.exhausted()):
-                    log.warning("stopping: %s; in-flight episodes finish, %d never start", why, len(queue))
-                    for row in budget_exhausted_rows(setup, queue, why):
-                        buf_e.append(row)
-                        progress.update(row)
-                    queue.clear()
-                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
-                for ref in ready:
-                    worker, spec = pending.pop(ref)
-                    try:
-                        res = ray.get(ref)
-                    except WORKER_LOST as e:
-                        # the worker died with the episode in flight (process or node lost): Ray
-                        # restarts the actor; the episode goes back to the front of the queue, and
-                        # only a result ever reaches the store, so it is stored exactly once
-                        if attempts[spec.episode_id] < c.max_episode_attempts:
-                            log.warning("worker %d lost episode %s (%s): requeued (attempt %d of %d)", worker,
-                                        spec.episode_id, type(e).__name__, attempts[spec.episode_id] + 1,
-                                        c.max_episode_attempts)
-                            queue.append(spec)
-                            requeued += 1
-                            submit(worker)
-                            continue
-                        res = {"episode": unstarted_row(setup, spec, "error", f"{type(e).__name__}: worker lost "
-                                                        f"{attempts[spec.episode_id]} times: {e}"), "steps": []}
-                    buf_e.append(res["episode"])
-                    buf_s.extend(res["steps"])
-                    progress.update(res["episode"])
-                    failures += res["episode"]["status"] == "error"     # a budget stop is not a failure
-                    if cfg.run.max_failures and failures >= cfg.run.max_failures and queue:
-                        log.error("stopping: %d episodes failed (run.max_failures); in-flight ones finish",
-                                  failures)
-                        queue.clear()
-                    submit(worker)
-                if buf_e and (time.monotonic() - last_flush >= cfg.run.flush_interval_s or not pending):
-                    store.write_batch(buf_e, buf_s)
-                    buf_e, buf_s, last_flush = [], [], time.monotonic()
-                if time.monotonic() - last_poll >= 5.0:
-                    poll_live()
-                    last_poll = time.monotonic()
-                if pool is not None and time.monotonic() - last_health >= m.health_check_s:
-                    if pool.check():            # a replica moved: workers route to its new address
-                        ray.get([w.set_endpoints.remote(pool.endpoints) for w in workers], timeout=60)
-                    last_health = time.monotonic()
-                progress.render()
-            poll_live()
-        finally:
-            if buf_e:
-                store.write_batch(buf_e, buf_s)
-        info.update(requeued=requeued, replica_restarts=pool.restarts if pool is not None else 0)
-        info.update(run_s=time.time() - t_run, failures=failures, steps=progress.steps,
-                    tokens_in=progress.tokens_in, tokens_out=progress.tokens_out,
-                    index_stats=ray.get(index.get_stats.remote()) if index is not None else None,
-                    service_stats={k: ray.get(h.get_stats.remote()) for k, h in services.items()},
-                    replica_seconds=session.replica_seconds())
+        _dispatch(groups, session, stream)
+        for p in wave:
+            if p.generate:
+                p.info["run_s"] = time.time() - t_run
+        for p in wave:
+            if p.judge:
+                p.info["judge"] = stream.finish(p.key)
     finally:
-        for w in workers:       # per run: the next sweep point has another agent config
-            ray.kill(w)
-        if budget is not None:
-            info["budget"] = budget.stop()
-    return info
+        stream.close()
+        for p in wave:
+            if p.budget is not None:
+                p.info["budget"] = p.budget.stop()
+                p.budget = None
+    # replica uptime of the wave, shared among its points by their tokens (startup included)
+    for k in keys:
+        used = [p for p in wave if k in p.pools]
+        up = session.replica_seconds(models[k]) - uptime0[k]
+        weight = {p.key: _tokens(p.info) for p in used}
+        total = sum(weight.values())
+        for p in used:
+            share = up * (weight[p.key] / total if total else 1.0 / len(used))
+            field_name = "replica_seconds_run" if k == Session.key(p.cfg.model) else "judge_replica_seconds_run"
+            p.info[field_name] = p.info.get(field_name, 0.0) + share
+    for p in wave:
+        p.info["replica_seconds"] = session.replica_seconds()
 
+
+def _tokens(info: dict[str, Any]) -> int:
+    j = info.get("judge") or {}
+    return int(info.get("tokens_in", 0) + info.get("tokens_out", 0) + j.get("tokens_in", 0) + j.get("tokens_out", 0))
+
+
+def _prepare_generation(p: Point, session: Session) -> None:
+    import ray
+
+    cfg, bench, m, c = p.cfg, p.bench, p.cfg.model, p.cfg.cluster
+    p.index = index = session.index(cfg, bench)
+    p.services = services = session.benchmark_services(cfg, bench)
+    endpoints = session.pool(m, p.store.root / "logs", keep=set(session.pools)) if p.uses_model else []
+    p.info["index"] = ray.get(index.ready.remote()) if index is not None else None
+    p.info["services"] = {k: ray.get(h.info.remote()) if hasattr(h, "info") else {} for k, h in services.items()}
+    p.budget = start_budget(cfg, p.plan.config_hash, p.store, session, bool(p.info.get("model_started")))
+    p.setup = WorkerSetup(
+        benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
+        endpoints=endpoints,
+        sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
+        inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
+        top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=p.uses_model,
+        data_json=data_identity(cfg), artifacts_dir=str(p.store.root / "artifacts"),
+        model_path=m.path if m.kind == "vllm" else "",
+        # a hosted replica that dies is restarted by the driver: calls wait for it that long
+        reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
+        budget=p.budget.actor if p.budget is not None else None,
+        pool_key=Session.key(m) if p.uses_model else "")
+    p.info["episodes_planned"] = len(p.plan.todo)
+
+
+def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
+    """The point's judge on the stream: its endpoints, and its calls' budget (the point's own
+    ledger when the judge's calls are priced like the model's, else a gate from the recorded spend)."""
+    cfg = p.cfg
+    hosted = cfg.judge.hosted_model or cfg.model
+    eps = judge_endpoints(cfg, lambda m: session.pool(m, p.store.root / "logs", keep=set(session.pools)))
+    gate = None
+    if p.budget is not None and judge_prices_match(cfg):
+        gate = remote_gate(p.budget.actor)
+    elif Caps.of(cfg.run.budget).any:
+        gate = judge_budget_gate(cfg, p.store, p.plan.config_hash)
+    # in flight per endpoint: a hosted judge's engine batch, an external one's judge.max_inflight
+    batch = hosted.max_inflight_per_replica if cfg.judge.kind == "hosted" and hosted.kind == "vllm" else None
+    stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight))
+
+
+def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream) -> None:
+    """One queue per model, feeding one set of worker actors that run every point of that model:
+    points overlap (the next point's episodes fill the slots of the last one's tail). Rows are
+    flushed per run dir as they finish and handed to the judge stream."""
+    import ray
+
+    if not groups:
+        return
+    queues: dict[str, deque[EpisodeSpec]] = {}
+    workers: dict[str, list[Any]] = {}
+    by_key: dict[str, Point] = {}
+    for g, pts in groups.items():
+        c = pts[0].cfg.cluster
+        handles = {p.key: (p.setup, p.index, p.services) for p in pts}
+        workers[g] = start_workers(None, None, c.num_workers, c.episodes_per_worker, c.worker_num_cpus,
+                                   points=handles, resources=c.worker_resources or None,
+                                   prefix=f"worker-{g[:6]}")
+        queues[g] = deque(replace(s, point=p.key) for p in pts for s in p.plan.todo)
+        by_key.update({p.key: p for p in pts})
+    pending: dict[Any, tuple[str, int, EpisodeSpec]] = {}
+    attempts: dict[str, int] = defaultdict(int)
+    bufs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = defaultdict(lambda: ([], []))
+    stores = {p.key: p.store for p in by_key.values()}
+    stats = {k: {"failures": 0, "requeued": 0, "steps": 0, "tokens_in": 0, "tokens_out": 0} for k in by_key}
+    progress = Progress(sum(len(q) for q in queues.values()), all(p.cfg.run.progress for p in by_key.values()))
+    pools = {g: session.pool_of(by_key[pts[0].key].cfg.model) for g, pts in groups.items() if g != "none"}
+
+    busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
+    reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
+
+    def submit(g: str, w: int) -> None:
+        if queues[g] and (g, w) not in reviving.values():
+            spec = queues[g].popleft()
+            attempts[spec.episode_id] += 1
+            busy[(g, w)] += 1
+            pending[workers[g][w].run.remote(spec)] = (g, w, spec)
+
+    def drop(g: str, point: str, why: str, status: str | None) -> None:
+        """Take a point's episodes off its queue (budget or failure cap): stored as never started."""
+        q = queues[g]
+        gone = [s for s in q if s.point == point]
+        queues[g] = deque(s for s in q if s.point != point)
+        if gone and status is not None:
+            p = by_key[point]
+            assert p.setup is not None
+            for row in budget_exhausted_rows(p.setup, gone, why):
+                bufs[point][0].append(row)
+                progress.update(row)
+
+    def flush() -> None:
+        for k, (eps, steps) in list(bufs.items()):
+            if eps:
+                stores[k].write_batch(eps, steps)
+                bufs[k] = ([], [])
+
+    for g, ws in workers.items():
+        for _ in range(groups[g][0].cfg.cluster.episodes_per_worker):
+            for w in range(len(ws)):
+                submit(g, w)
+    last_flush = last_poll = time.monotonic()
+    last_health = {g: time.monotonic() for g in pools}
+    flush_s = min(p.cfg.run.flush_interval_s for p in by_key.values())
+    try:
+        while pending or reviving:
+            if reviving:
+                answered, _ = ray.wait(list(reviving), num_returns=len(reviving), timeout=0)
+                for ref in answered:
+                    g, w = reviving.pop(ref)
+                    try:
+                        ray.get(ref)
+                    except Exception:  # noqa: BLE001 - still restarting: ask again
+                        reviving[workers[g][w].ping.remote()] = (g, w)
+                        continue
+                    if g in pools and pools[g] is not None:          # the restarted actor's routes
+                        workers[g][w].set_endpoints.remote(g, pools[g].endpoints)
+                    for _ in range(groups[g][0].cfg.cluster.episodes_per_worker - busy[(g, w)]):
+                        submit(g, w)
+            if not pending:
+                time.sleep(0.2)
+                continue
+            for p in by_key.values():
+                g = Session.key(p.cfg.model) if p.uses_model else "none"
+                if p.budget is not None and any(s.point == p.key for s in queues[g]) and (why := p.budget.exhausted()):
+                    log.warning("stopping %s: %s; in-flight episodes finish, the rest never start", p.key[:6], why)
+                    drop(g, p.key, why, "budget")
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+            for ref in ready:
+                g, w, spec = pending.pop(ref)
+                busy[(g, w)] -= 1
+                p = by_key[spec.point]
+                c = p.cfg.cluster
+                assert p.setup is not None
+                try:
+                    res = ray.get(ref)
+                except WORKER_LOST as e:
+                    # the worker died with the episode in flight (process or node lost): Ray restarts
+                    # the actor; the episode goes back to the front of its queue, and only a result
+                    # ever reaches the store, so it is stored exactly once
+                    if (g, w) not in reviving.values():  # no new episode for it until it answers again
+                        reviving[workers[g][w].ping.remote()] = (g, w)
+                    if attempts[spec.episode_id] < c.max_episode_attempts:
+                        log.warning("worker %d lost episode %s (%s): requeued (attempt %d of %d)", w,
+                                    spec.episode_id, type(e).__name__, attempts[spec.episode_id] + 1,
+                                    c.max_episode_attempts)
+                        queues[g].appendleft(spec)
+                        stats[p.key]["requeued"] += 1
+                        for other in range(len(workers[g])):     # a live worker with room takes it now
+                            if busy[(g, other)] < c.episodes_per_worker:
+                                submit(g, other)
+                        continue
+                    res = {"episode": unstarted_row(p.setup, spec, "error", f"{type(e).__name__}: worker lost "
+                                                    f"{attempts[spec.episode_id]} times: {e}"), "steps": []}
+                row = res["episode"]
+                bufs[p.key][0].append(row)
+                bufs[p.key][1].extend(res["steps"])
+                progress.update(row)
+                st = stats[p.key]
+                st["steps"] += row["n_steps"]
+                st["tokens_in"] += row["tokens_in"]
+                st["tokens_out"] += row["tokens_out"]
+                st["failures"] += row["status"] == "error"          # a budget stop is not a failure
+                if p.judge and row["status"] == "ok":
+                    stream.submit(p.key, [row])
+                mf = p.cfg.run.max_failures
+                if mf and st["failures"] >= mf and any(s.point == p.key for s in queues[g]):
+                    log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",
+                              st["failures"], p.key[:6])
+                    drop(g, p.key, "", None)
+                submit(g, w)
+            if time.monotonic() - last_flush >= flush_s or not pending:
+                flush()
+                last_flush = time.monotonic()
+            if time.monotonic() - last_poll >= 5.0:
+                _poll_live(workers, progress)
+                last_poll = time.monotonic()
+            for g, pool in pools.items():
+                m = by_key[groups[g][0].key].cfg.model
+                if pool is not None and time.monotonic() - last_health[g] >= m.health_check_s:
+                    if pool.check():            # a replica moved: workers route to its new address
+                        ray.get([w.set_endpoints.remote(g, pool.endpoints) for w in workers[g]], timeout=60)
+                    last_health[g] = time.monotonic()
+            progress.render()
+        _poll_live(workers, progress)
+    finally:
+        flush()
+        for ws in workers.values():        # per sweep: the next wave hosts other models
+            for w in ws:
+                ray.kill(w)
+    for k, st in stats.items():
+        p = by_key[k]
+        pool = pools.get(Session.key(p.cfg.model)) if p.uses_model else None
+        p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
+                      failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
+                      tokens_out=st["tokens_out"])
+        p.info["index_stats"] = ray.get(p.index.get_stats.remote()) if p.index is not None else None
+        p.info["service_stats"] = {k: ray.get(h.get_stats.remote()) for k, h in p.services.items()}
+
+
+def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:
+    import ray
+
+    try:
+        lives = ray.get([w.live.remote() for ws in workers.values() for w in ws], timeout=10)
+    except Exception:  # progress is best effort (a worker may be restarting)
+        return
+    progress.set_live(*(sum(x[k] for x in lives) for k in ("steps", "tokens_in", "tokens_out")))
 
 def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None) -> list[dict[str, Any]]:
     """Metrics per (model, config, judge) over everything in the store, rewritten whole: each
@@ -253,7 +568,7 @@ def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None
     by_judge = store.judgements_by_judge(bench.parse_judgement)
     judges = store.judges()
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in store.episodes().to_pylist():
+    for r in store.episodes(benchmark=benchmark).to_pylist():
         if r["benchmark"] == benchmark:
             groups[(r["model"], r["config_hash"], r["agent"], r["data"] or "")].append(r)
     rows: list[dict[str, Any]] = []
@@ -281,62 +596,16 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
 
 def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
     """One run: generate what is missing, judge what is missing, reduce metrics. Pass a
-    ``session`` to share Ray, models, index and services with other runs (a sweep)."""
-    validate(cfg)
-    own = session is None
-    session = session or Session()
-    t0 = time.time()
-    judge_model = cfg.judge.hosted_model if cfg.judge.kind == "hosted" else None
-    uptime0 = session.replica_seconds(cfg.model)
-    judge_uptime0 = session.replica_seconds(judge_model) if judge_model is not None else 0.0
-    bench = get_benchmark(cfg.benchmark.name)
-    p = plan(cfg)
-    store = EpisodeStore(p.run_dir, bench.episode_fields)
-    store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
-    log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
-             len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
-    info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
-    try:
-        if p.todo and (why := exhausted_before_start(cfg, store, p.config_hash)):
-            log.warning("not starting %d episodes: %s (raise run.budget.* to resume)", len(p.todo), why)
-            info["budget_exhausted_before_start"] = why
-        elif p.todo:
-            info.update(execute(cfg, p, store, session))
-
-        def judge_endpoints(m: ModelConfig) -> list[Any]:
-            session.ensure_ray(cfg, needed_cpus(cfg, bench))
-            return session.pool(m, p.run_dir / "logs", keep=session.needed(cfg))
-
-        info["judge"] = run_judge_stage(cfg, bench, store, p.config_hash, judge_endpoints,
-                                        judge_budget_gate(cfg, store, p.config_hash))
-        info["model_starts_in_session"] = session.model_starts
-        # what cost accounting needs (engine/cost.py): whose uptime this run paid for, at what price
-        info["config_hash"] = p.config_hash
-        info["model"] = to_plain(cfg.model)
-        info["judge_config"] = to_plain(cfg.judge)
-        info["replica_seconds_run"] = session.replica_seconds(cfg.model) - uptime0
-        if judge_model is not None and Session.key(judge_model) != Session.key(cfg.model):
-            info["judge_replica_seconds_run"] = session.replica_seconds(judge_model) - judge_uptime0
-    finally:
-        if own:
-            session.close()
-    rows = reduce_metrics(store, bench.name)
-    if cfg.run.compact:
-        store.compact()
-    info["wall_s"] = time.time() - t0
-    store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.config_hash[:6]}.json", info)
-    model = cfg.model.name if bench.uses_model(cfg.agent) else "none"
-    sys.stderr.write(f"\n{bench.name} | model {model} | config {p.config_hash} | {p.run_dir}\n")
-    sys.stderr.write(summary(rows, p.config_hash) + "\n")
-    sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
-                     f"{info.get('episodes_planned', 0)} run; model starts this session: {session.model_starts})\n")
-    return info
-
+    ``session`` to share Ray, models, index and services with other runs."""
+    return run_sweep([cfg], session)[0]
 
 def hydra_entry() -> None:
+    """``dateline run``: Hydra composes every point of a sweep (``-m``) first, then the sweep runs
+    as one job (:func:`run_sweep`), so a typo in any point fails before anything starts."""
     from ray_jobs.configs import hydra_main
 
-    hydra_main("config", lambda cfg, session: run(cfg, session))
+    cfgs: list[Config] = []
+    hydra_main("config", lambda cfg, session: cfgs.append(cfg), after=lambda session: run_sweep(cfgs, session))
 
 
 if __name__ == "__main__":

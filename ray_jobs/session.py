@@ -1,13 +1,12 @@
 """What one driver process keeps alive across the runs it makes: the Ray connection, hosted model
 pools, the shared index and benchmark services.
 
-A Hydra sweep (``-m agent.max_searches=1,3,5,7``) calls the task function once per point in
-the same process; with one :class:`Session` for the whole sweep, each model is started once and
-every point reuses it (and the index/services when their inputs are equal), instead of a cold
-start per point. Resources are keyed by what they are built from: a point that needs a
-different model stops the previous pool first (order sweeps with the model outermost), since
-a machine rarely holds two; a hosted judge model of its own (``judge.hosted_model``) is kept
-next to the model under test for the whole sweep. ``close()`` stops everything; drivers call it when the sweep ends.
+A sweep (``-m agent.max_searches=1,3,5,7``) runs as one job (``ray_jobs/run.py: run_sweep``)
+with one :class:`Session`: each model is started once and every point reuses it (and the
+index/services when their inputs are equal). Resources are keyed by what they are built from.
+Several pools live at once when the cluster holds them (the driver decides, in waves); a pool is
+stopped only when a caller says it is no longer needed (``keep`` / ``stop_pools``).
+``close()`` stops everything; drivers call it when the sweep ends.
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ class Session:
         self.indexes: dict[str, Any] = {}
         self.services: dict[str, Any] = {}
         self.model_starts = 0
-        self.startup: dict[str, Any] = {}
+        self.startup: Any = {}
+        self.startups: dict[str, Any] = {}      # pool key -> its replicas' startup records
         self._ray_started_here = False
         atexit.register(self.close)
 
@@ -98,8 +98,7 @@ class Session:
         key = self.key(m)
         if key in self.pools:
             return self.pools[key][1]
-        for other in [k for k in self.pools if keep is None or k not in keep]:   # free the accelerators
-            self.pools.pop(other)[0].stop()
+        self.stop_pools(keep or set())            # free the accelerators
         pool = ModelPool(m, log_dir)
         t0 = time.time()
         endpoints = pool.start()
@@ -107,9 +106,14 @@ class Session:
             self.model_starts += 1
             log.info("model %s: %d replica(s) healthy in %.0f s (model starts this session: %d)",
                      m.name, m.replicas, time.time() - t0, self.model_starts)
-        self.startup = pool.startup
+        self.startup = self.startups[key] = pool.startup
         self.pools[key] = (pool, endpoints)
         return endpoints
+
+    def stop_pools(self, keep: set[str]) -> None:
+        """Stop every pool whose key is not in ``keep``."""
+        for other in [k for k in list(self.pools) if k not in keep]:
+            self.pools.pop(other)[0].stop()
 
     def pool_of(self, m: ModelConfig) -> Any | None:
         """The running pool of ``m`` (None when it is not hosted in this session)."""
@@ -145,10 +149,6 @@ class Session:
         docs = bench.corpus(cfg)
         if not docs:
             return None
-        import ray
-
-        for other in list(self.indexes):
-            ray.kill(self.indexes.pop(other))
         cache = cfg.index.cache_dir or None
         if cache is None:
             from engine.hosting.prepare_model import cache_dir
@@ -156,7 +156,7 @@ class Session:
             cache = str(cache_dir() / "embeddings")
         i = cfg.index
         handle = start_index_service(docs, i.embedding_model, i.device, i.embed_batch_size, cache, i.num_cpus,
-                                     i.num_gpus)
+                                     i.num_gpus, resources=i.resources)
         self.indexes[key] = handle
         return handle
 

