@@ -13,7 +13,7 @@ import os
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from engine.budget import current_gate
 
@@ -72,10 +72,15 @@ class ChatClient:
     """``gate`` (an :class:`engine.budget.BudgetGate`): every call reserves its worst case before
     it is sent and settles after; a refused call raises :class:`engine.budget.BudgetExhausted`
     and sends nothing. Without one, the gate of the calling context applies
-    (``engine.budget.current_gate``, set by the episode runner), if any."""
+    (``engine.budget.current_gate``, set by the episode runner), if any.
+
+    ``on_call(request, completion, t_sent, t_done)``, when set, sees every answered call: the
+    request body as sent and ``time.perf_counter()`` around it (benchmarks/engine_ceiling.py
+    records a run's requests with it to replay them)."""
 
     def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8,
-                 gate: Any = None) -> None:
+                 gate: Any = None, on_call: Callable[[dict[str, Any], "Completion", float, float], None] | None = None
+                 ) -> None:
         from openai import AsyncOpenAI
 
         key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
@@ -86,6 +91,7 @@ class ChatClient:
         self._slots = asyncio.Semaphore(max_inflight)
         self.usage = Usage()
         self.gate = gate
+        self.on_call = on_call
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
@@ -125,6 +131,8 @@ class ChatClient:
                            prompt_tokens=int(usage.prompt_tokens) if usage else 0,
                            completion_tokens=int(usage.completion_tokens) if usage else 0,
                            latency_s=latency, finish_reason=choice.finish_reason or "")
+            if self.on_call is not None:
+                self.on_call(kwargs, c, t0, t0 + latency)
         finally:
             if ticket is not None:      # a failed call spent nothing the run records
                 await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
@@ -158,6 +166,7 @@ class Router:
 
     def __init__(self, endpoints: list[Endpoint], sampling: SamplingParams, max_inflight_per_replica: int = 8,
                  reroute_wait_s: float = 0.0, recheck_s: float = 5.0) -> None:
+        self.on_call: Callable[[dict[str, Any], Completion, float, float], None] | None = None   # see ChatClient
         self.endpoints = list(endpoints)
         self.sampling = sampling
         self.max_inflight_per_replica = max_inflight_per_replica
@@ -205,7 +214,8 @@ class Router:
     def client(self, i: int) -> ChatClient:
         ep = self.endpoints[i]
         if ep.base_url not in self._clients:
-            self._clients[ep.base_url] = ChatClient(ep, self.sampling, self.max_inflight_per_replica)
+            self._clients[ep.base_url] = ChatClient(ep, self.sampling, self.max_inflight_per_replica,
+                                                    on_call=self.on_call)
         return self._clients[ep.base_url]
 
     def client_for(self, episode_id: str) -> "EpisodeClient":

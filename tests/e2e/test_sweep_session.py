@@ -37,9 +37,11 @@ def test_two_point_sweep_shares_one_session(tmp_path):
                                "model.name=fake", "model.api_key_env=", f"run.dir={tmp_path}", "run.progress=false",
                                "cluster.num_cpus=4"])
                 infos.append(run(cfg, session))
-            assert len(session.services) == 1            # one web actor for both points
+                if budget == 1:
+                    web = {k: a._actor_id for k, a in session.services.items()}
+            # one web actor for both points: the second point reused the first one's
+            assert {k: a._actor_id for k, a in session.services.items()} == web and len(web) == 1
             assert all(i["episodes_planned"] == 3 for i in infos)
-            assert infos[1]["startup_s"] < infos[0]["startup_s"]
         finally:
             session.close()
 
