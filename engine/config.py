@@ -42,6 +42,10 @@ class ModelConfig:
     # The Python module a replica runs with `python -m` and vLLM's command line: a drop-in
     # OpenAI-compatible server; tests use tests.fake_vllm_server.
     server_module: str = "vllm.entrypoints.openai.api_server"
+    # Where hosted replicas listen: "auto" (loopback on a one-node cluster, the node's IP when the
+    # cluster has several), "loopback" or "node". Never every interface. Every replica requires an
+    # API key made per model pool (in memory only).
+    bind: str = "auto"
     # Extra vLLM engine arguments, passed through as --key value (True -> bare flag).
     engine_args: dict[str, Any] = field(default_factory=dict)
     # Extra environment for the server process (e.g. the VLLM_CPU_* knobs).
@@ -101,8 +105,13 @@ class ClusterConfig:
     max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
     num_cpus: Optional[int] = None
-    # Exported before ray.init; Ray 2.60 wants it explicit.
-    ray_auth_mode: str = "disabled"
+    # RAY_AUTH_MODE, exported before ray.init (Ray 2.60 wants it explicit). "auto": "disabled" for
+    # the local cluster the driver starts (its ports are on this machine); for an existing
+    # cluster, the environment's RAY_AUTH_MODE, else "token". "disabled" with an address is
+    # honoured with a warning.
+    ray_auth_mode: str = "auto"
+    # The Ray dashboard of a local cluster (an HTTP server that can submit jobs): off unless asked.
+    dashboard: bool = False
     # Extra runtime_env for actors (env_vars, working_dir, ...).
     runtime_env: dict[str, Any] = field(default_factory=dict)
 
@@ -150,6 +159,9 @@ class NewsagentBenchmarkConfig:
     data_dir: str = "engine/benchmarks/newsagent/sample_data"
     # Only the first N tasks (null: all).
     limit: Optional[int] = None
+    # A bad row in the data: "error" stops before anything runs (a DataError naming file, row and
+    # field); "skip" drops it and records it in RUN_DIR/quarantine (docs/design/data.md).
+    on_bad_rows: str = "error"
 
 
 @dataclass
@@ -332,6 +344,7 @@ def validate_model(m: ModelConfig, where: str) -> None:
         _check(m.num_cpus >= 0 and m.num_gpus >= 0, f"{where}.num_cpus", "num_cpus and num_gpus must be >= 0")
         _check(m.placement_timeout_s > 0, f"{where}.placement_timeout_s", "must be > 0")
         _check(bool(m.server_module), f"{where}.server_module", "required (vllm.entrypoints.openai.api_server)")
+        _check(m.bind in ("auto", "loopback", "node"), f"{where}.bind", "must be auto, loopback or node")
         _check_resources(m.resources, f"{where}.resources")
     else:
         _check(bool(m.base_url), f"{where}.base_url", "required for kind=openai_compatible")
@@ -375,7 +388,7 @@ def validate(cfg: Config) -> None:
     _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
     _check(c.max_episode_attempts >= 1, "cluster.max_episode_attempts", "must be >= 1")
     _check_resources(c.worker_resources, "cluster.worker_resources")
-    _check(c.ray_auth_mode in ("disabled", "token"), "cluster.ray_auth_mode", "must be disabled or token")
+    _check(c.ray_auth_mode in ("auto", "disabled", "token"), "cluster.ray_auth_mode", "must be auto, disabled or token")
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
     _check(bool(r.dir), "run.dir", "required")
@@ -388,6 +401,10 @@ def validate(cfg: Config) -> None:
     bench = get_benchmark(cfg.benchmark.name)
     _check(isinstance(cfg.benchmark, bench.benchmark_schema), "benchmark",
            f"expected a {bench.benchmark_schema.__name__}, got {type(cfg.benchmark).__name__}")
+    from engine.quarantine import ON_BAD_ROWS
+
+    on_bad_rows = getattr(cfg.benchmark, "on_bad_rows", "error")
+    _check(on_bad_rows in ON_BAD_ROWS, "benchmark.on_bad_rows", f"must be error or skip, got {on_bad_rows!r}")
     _check(isinstance(cfg.agent, bench.agent_schema), "agent",
            f"benchmark {bench.name} needs an agent config of its own (agent={bench.name} or a variant), "
            f"got {type(cfg.agent).__name__}")

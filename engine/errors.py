@@ -24,3 +24,19 @@ class PlacementError(RuntimeError):
     """Ray could not reserve the resources a model's replicas asked for (their placement groups)
     in time: names the model, what each replica asked for and what the cluster has. Raised after
     the groups are removed, so nothing stays pending."""
+
+
+class StoreWriteError(RuntimeError):
+    """A run could not write finished episodes to its run dir (a full disk, a lost mount): names
+    the run dir, how many episodes and the OS error. What was stored before stays readable, and
+    a re-run of the same command runs the unwritten episodes again."""
+
+
+class BadDataError(DataError):
+    """A :class:`DataError` of a known kind of bad input (``kind``: one of
+    ``engine.quarantine.KINDS``, e.g. ``missing_field``, ``bad_utf8``), so that a loader running
+    with ``benchmark.on_bad_rows=skip`` can quarantine the row under its kind."""
+
+    def __init__(self, kind: str, path: object, row: int | None, field: str | None, message: str) -> None:
+        super().__init__(path, row, field, message)
+        self.kind, self.message = kind, message

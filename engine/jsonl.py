@@ -1,4 +1,11 @@
-"""JSON Lines input (plain or gzipped) with errors that name the file, row and field."""
+"""JSON Lines input (plain or gzipped) and field checks, with errors that name the file, the
+1-based row (line) and the field, each of a kind of :data:`engine.quarantine.KINDS`.
+
+Lines are read as bytes and decoded one at a time, so bad UTF-8 names its own line (and byte
+offset) and, with a :class:`~engine.quarantine.Quarantine`, costs only that line. A truncated or
+damaged gzip stream ends the file: the rows before it are kept (with a quarantine) and the error
+names the first line that could not be read.
+"""
 
 from __future__ import annotations
 
@@ -10,55 +17,156 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.errors import DataError
+from engine.errors import BadDataError
+from engine.quarantine import Quarantine, reject
+
+# A line longer than this is not parsed (one would be read whole into memory to parse it).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+# Default limit of one text field (characters); loaders document their own.
+MAX_TEXT_CHARS = 5_000_000
+# Dates outside [MIN_YEAR, MAX_YEAR] are typos (0202, 2202), not news.
+MIN_YEAR, MAX_YEAR = 1800, 2199
+# Ids and names become parts of keys, file names and URLs: at most this long, no path syntax.
+MAX_ID_CHARS = 200
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (1-based line number, object) for each non-blank line; ``.gz`` is decompressed."""
+def read_jsonl(path: Path, bad: Quarantine | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (1-based line number, object) for each non-blank line; ``.gz`` is decompressed.
+    With ``bad`` a bad line is recorded there and skipped; without, it raises."""
+    path = Path(path)
     if not path.exists():
-        raise DataError(path, None, None, "file not found")
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
-    row = 0
+        raise BadDataError("missing_file", path, None, None, "file not found")
+    gz = path.name.endswith(".gz")
+    opener: Any = gzip.open if gz else open
+    row, offset = 0, 0           # lines read, bytes (decompressed) before the current line
+    where = "decompressed byte" if gz else "byte"
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for row, line in enumerate(f, start=1):
+        with opener(path, "rb") as f:
+            while True:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                row += 1
+                start, offset = offset, offset + len(raw)
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    while (more := f.readline(1 << 20)) and not more.endswith(b"\n"):
+                        offset += len(more)
+                    offset += len(more)
+                    reject(bad, BadDataError("too_large", path, row, None,
+                                             f"line longer than {MAX_LINE_BYTES} bytes"), raw)
+                    continue
+                try:
+                    line = raw.decode("utf-8-sig" if row == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    reject(bad, BadDataError("bad_utf8", path, row, None,
+                                             f"not UTF-8: byte 0x{raw[e.start]:02x} at {where} {start + e.start}"), raw)
+                    continue
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise DataError(path, row, None, f"invalid JSON: {e.msg} at column {e.colno}") from None
+                    reject(bad, BadDataError("invalid_json", path, row, None,
+                                             f"invalid JSON: {e.msg} at column {e.colno}"), line)
+                    continue
                 if not isinstance(obj, dict):
-                    raise DataError(path, row, None, f"expected a JSON object, got {type(obj).__name__}")
+                    reject(bad, BadDataError("not_object", path, row, None,
+                                             f"expected a JSON object, got {type(obj).__name__}"), line)
+                    continue
                 yield row, obj
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
-        raise DataError(path, row + 1, None, f"cannot read: {e}") from None
+    except EOFError:
+        reject(bad, BadDataError("truncated_gzip", path, row + 1, None,
+                                 f"truncated gzip: the stream ends after line {row} ({where} {offset})"))
+    except (zlib.error, gzip.BadGzipFile) as e:
+        reject(bad, BadDataError("corrupt_gzip", path, row + 1, None,
+                                 f"damaged gzip after line {row} ({where} {offset}): {e}"))
+    except OSError as e:
+        raise BadDataError("missing_file", path, row + 1 if row else None, None, f"cannot read: {e}") from None
 
 
 _DATE = re.compile(r"^(\d{4})[/-](\d{1,2})[/-](\d{1,2})(?:[ T/].*)?$")
+_PARTIAL_DATE = re.compile(r"^\d{4}(?:[/-]\d{1,2})?$")
 
 
-def field_str(path: Path, row: int, obj: dict[str, Any], key: str, *, required: bool = True, strip: bool = True,
-              name: str | None = None) -> str:
+def field_str(path: Path, row: int | None, obj: dict[str, Any], key: str, *, required: bool = True,
+              strip: bool = True, name: str | None = None, max_chars: int = MAX_TEXT_CHARS) -> str:
     """``obj[key]`` as a string. Required: present and non-blank. Optional: missing or null gives "".
-    ``name`` is the field as errors report it (e.g. ``search_result.url`` for nested rows)."""
+    At most ``max_chars`` characters. ``name`` is the field as errors report it (e.g.
+    ``search_result[0].url`` for nested rows)."""
     name = name or key
     value = obj.get(key)
     if value is None:
         if required:
-            raise DataError(path, row, name, "missing")
+            raise BadDataError("missing_field", path, row, name, "missing")
         return ""
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise DataError(path, row, name, f"expected a non-empty string, got {value!r:.60}")
+    if not isinstance(value, str):
+        raise BadDataError("wrong_type", path, row, name, f"expected a string, got {type(value).__name__} "
+                           f"{json.dumps(value, default=str)[:60]}")
+    if required and not value.strip():
+        raise BadDataError("empty_text", path, row, name, "empty")
+    if len(value) > max_chars:
+        raise BadDataError("too_large", path, row, name, f"{len(value):,} characters, over the limit of {max_chars:,}")
     return value.strip() if strip else value
 
 
-def field_date(path: Path, row: int, name: str, raw: Any) -> dt.date:
-    """A date written ``YYYY-MM-DD`` or ``YYYY/MM/DD``, optionally followed by a time."""
-    m = _DATE.match(raw.strip()) if isinstance(raw, str) else None
+def check_id(path: Path, row: int | None, name: str, value: str) -> str:
+    """``value`` unless it is unsafe as a name: path separators, ``.``/``..``, NUL or control
+    characters, surrounding blanks, over :data:`MAX_ID_CHARS` characters."""
+    why = ("contains a path separator" if "/" in value or "\\" in value else
+           "is a relative path component" if value in (".", "..") else
+           "contains NUL or a control character" if any(ord(c) < 32 or ord(c) == 127 for c in value) else
+           "has leading or trailing blanks" if value != value.strip() else
+           f"is longer than {MAX_ID_CHARS} characters" if len(value) > MAX_ID_CHARS else "")
+    if why:
+        raise BadDataError("unsafe_name", path, row, name, f"unsafe id {value[:60]!r}: {why}")
+    return value
+
+
+def field_id(path: Path, row: int | None, obj: dict[str, Any], key: str, *, name: str | None = None) -> str:
+    """A required id: a non-empty string that is safe as a name (:func:`check_id`)."""
+    return check_id(path, row, name or key, field_str(path, row, obj, key, strip=False, name=name))
+
+
+def field_date(path: Path, row: int | None, name: str, raw: Any) -> dt.date:
+    """A date written ``YYYY-MM-DD`` or ``YYYY/MM/DD``, optionally followed by a time; a year in
+    [:data:`MIN_YEAR`, :data:`MAX_YEAR`]. A missing (None) value is a ``missing_field``."""
+    if raw is None:
+        raise BadDataError("missing_field", path, row, name, "missing")
+    if not isinstance(raw, str):
+        raise BadDataError("wrong_type", path, row, name, f"expected a date string, got {type(raw).__name__} "
+                           f"{json.dumps(raw, default=str)[:60]}")
+    text = raw.strip()
+    m = _DATE.match(text)
+    if not m:
+        if _PARTIAL_DATE.match(text):
+            raise BadDataError("partial_date", path, row, name, f"expected a full date YYYY-MM-DD, got {raw!r:.60}")
+        raise BadDataError("bad_date", path, row, name, f"expected a date YYYY-MM-DD (or YYYY/MM/DD), got {raw!r:.60}")
     try:
-        if not m:
-            raise ValueError
-        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
-        raise DataError(path, row, name, f"expected a date YYYY-MM-DD (or YYYY/MM/DD), got {raw!r:.60}") from None
+        date = dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError as e:
+        raise BadDataError("impossible_date", path, row, name, f"no such date {raw!r:.60} ({e})") from None
+    if not MIN_YEAR <= date.year <= MAX_YEAR:
+        raise BadDataError("date_out_of_range", path, row, name,
+                           f"year {date.year} is outside {MIN_YEAR}-{MAX_YEAR}: {raw!r:.60}")
+    return date
+
+
+def field_list(path: Path, row: int | None, obj: dict[str, Any], key: str, *, required: bool = True,
+               max_chars: int = MAX_TEXT_CHARS) -> tuple[str, ...]:
+    """A list of non-blank strings, each at most ``max_chars``; optional: missing or null gives ()."""
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise BadDataError("missing_field", path, row, key, "missing")
+        return ()
+    if not isinstance(value, list):
+        raise BadDataError("wrong_type", path, row, key, f"expected a list of strings, got {type(value).__name__}")
+    for i, v in enumerate(value, start=1):
+        if not isinstance(v, str):
+            raise BadDataError("wrong_type", path, row, key, f"item {i}: expected a string, got {type(v).__name__}")
+        if not v.strip():
+            raise BadDataError("empty_text", path, row, key, f"item {i}: empty")
+        if len(v) > max_chars:
+            raise BadDataError("too_large", path, row, key,
+                               f"item {i}: {len(v):,} characters, over the limit of {max_chars:,}")
+    return tuple(value)

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.budget import current_gate
@@ -27,6 +27,9 @@ class Endpoint:
     model: str
     api_key_env: str = ""
     replica: int = 0
+    # a hosted replica's key, generated per model pool (engine/hosting/replica.py): held in
+    # memory, handed to clients with the endpoint, never printed (repr) or written
+    api_key: str = field(default="", repr=False, compare=False)
 
 
 @dataclass
@@ -83,7 +86,7 @@ class ChatClient:
                  ) -> None:
         from openai import AsyncOpenAI
 
-        key = os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else ""
+        key = endpoint.api_key or (os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else "")
         self.endpoint = endpoint
         self.sampling = sampling
         self._client = AsyncOpenAI(base_url=endpoint.base_url, api_key=key or "EMPTY",

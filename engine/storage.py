@@ -291,7 +291,14 @@ class _ShardedDir:
 
     def _write(self, table: pa.Table, sub: str, name: str) -> Path | str:
         staged = self._path("_staging", f"{sub}-{name}")
-        pq.write_table(table, staged, filesystem=self.fs)
+        try:
+            pq.write_table(table, staged, filesystem=self.fs)
+        except BaseException:       # a full disk: no partial shard is left behind (readers never see one)
+            try:
+                self.fs.delete_file(staged)
+            except OSError:
+                pass
+            raise
         final = self._path(sub, name)
         self._publish(staged, final)
         return Path(final) if self.local else final

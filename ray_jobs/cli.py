@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.judges import SELF_JUDGED
         from engine.progress import table
 
-        rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
+        from engine.runlock import RunDirLock
+
+        with RunDirLock(rest[0], "dateline metrics"):        # it writes the metrics table
+            rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
         sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n"],
                                [(r["model"], r["config_hash"], (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"]
                                                                                      else ""),

@@ -101,7 +101,14 @@ def collect(cfg: PairwiseConfig, bench: Any) -> tuple[list[dict[str, Any]], dict
 
 
 def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[str, Any]:
+    from engine.runlock import RunDirLock
+
     validate_pairwise(cfg)
+    with RunDirLock(repo_path(cfg.out), "dateline pairwise"):        # one writer per pairwise dir
+        return _run_pairwise(cfg, session)
+
+
+def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any]:
     bench = get_benchmark(cfg.benchmark)
     spec = bench.pairwise
     t0 = time.time()

@@ -20,6 +20,7 @@ from typing import Any
 from engine.benchmarks import get_benchmark
 from engine.budget import Caps
 from engine.config import Config, ModelConfig, stable_hash, to_plain, validate
+from engine.errors import StoreWriteError
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, judge_identity, judged_views, self_judged_note
 from engine.llm import SamplingParams
@@ -203,6 +204,18 @@ def run_sweep(cfgs: list[Config], session: Session | None = None) -> list[dict[s
     episodes per model feeding one set of workers, the models that fit hosted at once (waves,
     largest first, when they do not), judging streamed as episodes finish, metrics reduced once
     at the end. Returns each configuration's run info (in ``cfgs`` order)."""
+    from contextlib import ExitStack
+
+    from engine.runlock import RunDirLock
+
+    with ExitStack() as locks:
+        # one writer per run dir: a second driver on any of them stops here, naming the holder
+        for d in sorted({str(run_dir(c)) for c in cfgs}):
+            locks.enter_context(RunDirLock(d, "dateline run"))
+        return _run_sweep(cfgs, session)
+
+
+def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, Any]]:
     own = session is None
     session = session or Session()
     t0 = time.time()
@@ -440,11 +453,27 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 bufs[point][0].append(row)
                 progress.update(row)
 
-    def flush() -> None:
+    write_errors: dict[str, str] = {}
+
+    def flush(final: bool = False) -> None:
         for k, (eps, steps) in list(bufs.items()):
-            if eps:
+            if not eps:
+                continue
+            try:
                 stores[k].write_batch(eps, steps)
-                bufs[k] = ([], [])
+            except OSError as e:        # a full disk, a lost mount: the rows stay here, the next flush retries
+                if k not in write_errors:
+                    log.error("could not write %d episodes to %s (%s: %s); kept in memory, retrying",
+                              len(eps), stores[k].uri, type(e).__name__, e)
+                write_errors[k] = f"{type(e).__name__}: {e}"
+                if final:
+                    raise StoreWriteError(
+                        f"could not write {len(eps)} finished episodes to run dir {stores[k].uri}: "
+                        f"{write_errors[k]}. What is stored stays readable; free space and re-run the same "
+                        "command: these episodes run again.") from e
+                continue
+            write_errors.pop(k, None)
+            bufs[k] = ([], [])
 
     for g, ws in workers.items():
         for _ in range(groups[g][0].cfg.cluster.episodes_per_worker):
@@ -535,10 +564,12 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
             progress.render()
         _poll_live(workers, progress)
     finally:
-        flush()
-        for ws in workers.values():        # per sweep: the next wave hosts other models
-            for w in ws:
-                ray.kill(w)
+        try:
+            flush(final=True)
+        finally:
+            for ws in workers.values():        # per sweep: the next wave hosts other models
+                for w in ws:
+                    ray.kill(w)
     for k, st in stats.items():
         p = by_key[k]
         pool = pools.get(Session.key(p.cfg.model)) if p.uses_model else None

@@ -24,6 +24,19 @@ from engine.llm import Endpoint
 log = logging.getLogger("dateline.session")
 
 
+def ray_auth_mode(c: Any, job: bool = False) -> str:
+    """``RAY_AUTH_MODE`` for ``cluster`` config ``c``: an explicit ``disabled``/``token`` as set;
+    ``auto`` takes the environment's, else ``disabled`` for a local cluster this driver starts
+    and ``token`` for an existing one (an address, or the cluster of a submitted job)."""
+    local = not c.address and not job
+    if c.ray_auth_mode != "auto":
+        if c.ray_auth_mode == "disabled" and not local:
+            log.warning("cluster.ray_auth_mode=disabled on an existing cluster: anyone who reaches its ports "
+                        "can run code on it")
+        return str(c.ray_auth_mode)
+    return os.environ.get("RAY_AUTH_MODE") or ("disabled" if local else "token")
+
+
 class Session:
     def __init__(self) -> None:
         self.pools: dict[str, tuple[Any, list[Endpoint]]] = {}
@@ -41,10 +54,10 @@ class Session:
 
         import ray
 
-        os.environ.setdefault("RAY_AUTH_MODE", cfg.cluster.ray_auth_mode)
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
             return
+        os.environ["RAY_AUTH_MODE"] = ray_auth_mode(cfg.cluster, job=os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") is not None)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         runtime_env = dict(cfg.cluster.runtime_env)
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
@@ -80,7 +93,7 @@ class Session:
         else:
             # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
             num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
-            ray.init(num_cpus=num_cpus, include_dashboard=False,
+            ray.init(num_cpus=num_cpus, include_dashboard=bool(cfg.cluster.dashboard),
                      runtime_env=runtime_env, log_to_driver=True,
                      logging_level=logging.WARNING)
         self._ray_started_here = True

@@ -21,6 +21,7 @@ class FakeOpenAI:
         self.responder = responder
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
+        self.auth: list[str] = []          # each request's Authorization header
         self.inflight = 0
         self.max_inflight = 0
         self._lock = threading.Lock()
@@ -43,6 +44,7 @@ class FakeOpenAI:
                 req = json.loads(self.rfile.read(n))
                 with outer._lock:
                     outer.requests.append(req)
+                    outer.auth.append(self.headers.get("Authorization", ""))
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
                 try:

@@ -9,6 +9,8 @@ line and environment. Flags it does not know (every engine arg) are ignored. It 
 * ``POST /v1/chat/completions`` with a scripted reply and ``usage`` (whitespace-word counts), or
   404 for a model name it does not serve, as vLLM does;
 * ``GET /info``: its pid, command line and ``CUDA_VISIBLE_DEVICES`` (what the replica gave it).
+* With ``$VLLM_API_KEY`` set (every hosted replica: a key per model pool), ``/v1`` routes answer
+  401 without ``Authorization: Bearer <key>``, as vLLM does; ``/health`` and ``/info`` are open.
 
 The reply is, in order of precedence: ``--fake-responder module:function`` /
 ``$FAKE_VLLM_RESPONDER`` (called as ``function(messages, request) -> str``, like
@@ -58,6 +60,7 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
     respond = load_responder(args.fake_responder, args.fake_reply)
     lock = threading.Lock()
     argv = list(sys.argv)
+    api_key = os.environ.get("VLLM_API_KEY", "")       # as vLLM: /v1 routes need it, /health does not
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: Any) -> None:
@@ -73,7 +76,17 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
             with lock:
                 print(f"{self.command} {self.path} {status}", flush=True)
 
+        def _authorized(self) -> bool:
+            if not api_key or not self.path.startswith("/v1"):
+                return True
+            if self.headers.get("Authorization", "") == f"Bearer {api_key}":
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path == "/health":
                 self._send(200, {})
             elif self.path == "/v1/models":
@@ -87,6 +100,9 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
 
         def do_POST(self) -> None:
             n = int(self.headers.get("Content-Length", 0))
+            if not self._authorized():
+                self.rfile.read(n)
+                return
             try:
                 req = json.loads(self.rfile.read(n) or b"{}")
             except json.JSONDecodeError as e:

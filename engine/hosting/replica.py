@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -98,17 +99,21 @@ class GpuShard:
 
 @ray.remote
 class ModelReplica:
-    def __init__(self, cfg: dict[str, Any], index: int, log_dir: str, placement_group: Any = None) -> None:
+    def __init__(self, cfg: dict[str, Any], index: int, log_dir: str, placement_group: Any = None,
+                 api_key: str = "", bind: str = "loopback") -> None:
         self.cfg = ModelConfig(**cfg)
         self.index = index
         self.placement_group = placement_group
         self.shards: list[Any] = []
         Path(log_dir).mkdir(parents=True, exist_ok=True)
+        # loopback: only this node's clients (a one-node cluster); node: this node's IP, where the
+        # other nodes' workers reach it; never every interface
+        self.host = "127.0.0.1" if bind == "loopback" else ray.util.get_node_ip_address()
         self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
                                  engine_args=self.cfg.engine_args, env=self.cfg.env,
                                  log_path=Path(log_dir) / replica_log_name(self.cfg.name, index),
-                                 module=self.cfg.server_module)
+                                 module=self.cfg.server_module, host=self.host, api_key=api_key)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
 
@@ -132,8 +137,7 @@ class ModelReplica:
             self._claim_gpus()
         self.server.start()
         self.healthy_after_s = self.server.wait_healthy(self.cfg.startup_timeout_s)
-        ip = ray.util.get_node_ip_address()
-        return {"base_url": f"http://{ip}:{self.server.port}/v1", "healthy_after_s": self.healthy_after_s,
+        return {"base_url": f"http://{self.host}:{self.server.port}/v1", "healthy_after_s": self.healthy_after_s,
                 "replica": self.index, "node_id": ray.get_runtime_context().get_node_id(),
                 "gpus": self.server.env.get("CUDA_VISIBLE_DEVICES", "") if self.cfg.num_gpus else ""}
 
@@ -151,7 +155,7 @@ class ModelReplica:
             except OSError:
                 ok = False
         return {"alive": alive, "healthy": ok, "replica": self.index,
-                "base_url": f"http://{ray.util.get_node_ip_address()}:{self.server.port}/v1",
+                "base_url": f"http://{self.host}:{self.server.port}/v1",
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def restart(self) -> dict[str, Any]:
@@ -189,6 +193,10 @@ class ModelPool:
         self._restarting: dict[int, Any] = {}       # replica index -> ObjectRef of its restart()
         self._misses: dict[int, int] = {}           # consecutive failed health checks
         self.restarts = 0
+        # every hosted replica requires this key (vLLM's VLLM_API_KEY): made per pool, kept in
+        # memory, given to clients inside their endpoints; never on a command line or on disk
+        self.api_key = secrets.token_urlsafe(32) if cfg.kind == "vllm" else ""
+        self.bind = ""
 
     def start(self) -> list[Endpoint]:
         cfg = self.cfg
@@ -206,7 +214,8 @@ class ModelPool:
             self.stop()                 # no actor or reserved group outlives a failed start
             raise
         log.info("%d replica(s) of %s healthy in %.0f s", len(self.replicas), cfg.name, time.time() - t0)
-        self.endpoints = [Endpoint(s["base_url"], served, "", s["replica"]) for s in self.startup]
+        self.endpoints = [Endpoint(s["base_url"], served, "", s["replica"], api_key=self.api_key)
+                          for s in self.startup]
         return self.endpoints
 
     def _place(self) -> None:
@@ -249,7 +258,20 @@ class ModelPool:
         # reserves again on a live node (``check`` then starts its server)
         return ModelReplica.options(num_cpus=first.get("CPU", 0.0), num_gpus=first.get("GPU", 0.0),
                                     resources=custom or None, name=None, max_restarts=-1, max_task_retries=0,
-                                    **options).remote(asdict(cfg), i, self.log_dir, pg)
+                                    **options).remote(asdict(cfg), i, self.log_dir, pg, self.api_key,
+                                                      self._bind())
+
+    def _bind(self) -> str:
+        """Where replicas listen (``model.bind``): ``auto`` is loopback on a one-node cluster
+        (every client is on this node) and the node's IP when the cluster has several nodes."""
+        if not self.bind:
+            b = self.cfg.bind
+            if b == "auto":
+                b = "node" if sum(1 for n in ray.nodes() if n.get("Alive")) > 1 else "loopback"
+            self.bind = b
+            log.info("replicas of %s listen on %s", self.cfg.name,
+                     "loopback only" if b == "loopback" else "their node's IP")
+        return self.bind
 
     def _remove_groups(self) -> None:
         from ray.util.placement_group import remove_placement_group
@@ -306,7 +328,7 @@ class ModelPool:
         old = self.endpoints[i]
         if not base_url or old.base_url == base_url:
             return False
-        self.endpoints[i] = Endpoint(base_url, old.model, old.api_key_env, old.replica)
+        self.endpoints[i] = Endpoint(base_url, old.model, old.api_key_env, old.replica, api_key=old.api_key)
         return True
 
     def replica_seconds(self) -> float:

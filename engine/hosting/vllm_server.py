@@ -57,7 +57,8 @@ def server_command(model_path: str, served_name: str, port: int, host: str = "0.
 class VLLMServer:
     def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
                  engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                 log_path: str | Path | None = None, host: str = "0.0.0.0", module: str = VLLM_MODULE) -> None:
+                 log_path: str | Path | None = None, host: str = "0.0.0.0", module: str = VLLM_MODULE,
+                 api_key: str = "") -> None:
         if not Path(model_path).exists():
             raise FileNotFoundError(
                 f"model path {model_path} does not exist on this node; run scripts/setup.sh "
@@ -66,6 +67,9 @@ class VLLMServer:
         self.cmd = server_command(model_path, served_name, self.port, host, tensor_parallel_size, engine_args, module)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **(env or {})}
+        if api_key:         # the environment, not the command line: vLLM logs its arguments
+            self.env["VLLM_API_KEY"] = api_key
+        self.host = host
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -76,7 +80,9 @@ class VLLMServer:
                                      start_new_session=True)
 
     def local_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """The server from this machine: its bind address, or loopback when it listens on all."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
 
     def wait_healthy(self, timeout_s: float) -> float:
         """Block until /health answers 200; returns seconds waited. Raises if the process dies."""

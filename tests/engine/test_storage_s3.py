@@ -5,6 +5,7 @@ projection, compaction and resume semantics as on a local disk."""
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pyarrow as pa
@@ -172,3 +173,22 @@ def test_a_run_writes_its_store_to_s3_and_resumes_from_it(s3_env, monkeypatch, t
     assert {r["metric"] for r in store.metrics().to_pylist()} >= {"search_f1", "edit_f1"}
     again = run(cfg)                                          # resume: everything is in the bucket
     assert again["episodes_skipped"] == 3 and "episodes_planned" not in again
+
+
+def test_run_dir_lock_on_s3(s3_env):
+    """One writer per run dir on an object store: written, read back, refused to a second driver
+    while live, released at the end."""
+    from engine.runlock import LOCK_NAME, RunDirLock, RunDirLocked
+
+    uri = _uri(s3_env)
+    with RunDirLock(uri, "dateline run") as lock:
+        assert lock.read()["pid"] == os.getpid() and lock.path.endswith(LOCK_NAME)
+        other = RunDirLock(uri)
+        other.token = "someone-else"
+        RunDirLock._held.clear()                 # as another process would see it
+        try:
+            with pytest.raises(RunDirLocked, match="in use by another driver"):
+                other.acquire()
+        finally:
+            RunDirLock._held[lock.path] = lock
+    assert RunDirLock(uri).read() is None

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,11 @@ def get_json(url: str) -> Any:
         return json.loads(r.read())
 
 
-def chat(base_url: str, model: str) -> Any:
+def chat(base_url: str, model: str, key: str) -> Any:
     req = urllib.request.Request(base_url + "/chat/completions", method="POST",
                                  data=json.dumps({"model": model, "messages": [{"role": "user", "content": "a b c"}]}
-                                                 ).encode(), headers={"Content-Type": "application/json"})
+                                                 ).encode(), headers={"Content-Type": "application/json",
+                                                                      "Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
@@ -133,7 +135,14 @@ def test_a_model_that_cannot_be_placed_fails_fast_naming_what_is_missing(local_r
     pool = ModelPool(fake_model(tmp_path, num_cpus=2), tmp_path / "logs")
     try:
         (ep,) = pool.start()
-        assert chat(ep.base_url, "fake")["choices"][0]["message"]["content"] == "scripted answer"
+        assert chat(ep.base_url, "fake", ep.api_key)["choices"][0]["message"]["content"] == "scripted answer"
+        # a one-node cluster: the replica listens on loopback only, and asks for the pool's key
+        assert ep.base_url.startswith("http://127.0.0.1:") and len(ep.api_key) >= 32
+        assert ep.api_key not in repr(ep) and ep.api_key not in " ".join(get_json(ep.base_url[:-3] + "/info")["argv"])
+        for wrong in ("", "not-the-key"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                chat(ep.base_url, "fake", wrong)
+            assert e.value.code == 401
     finally:
         pool.stop()
 
@@ -162,7 +171,7 @@ def test_tensor_parallel_replica_gets_one_bundle_per_gpu_on_one_node_and_restart
         assert sorted(info["cuda_visible_devices"].split(",")) == ["0", "1"]
         assert info["tensor_parallel_size"] == 2 and info["served"] == ["tp2-served"]
         assert "--enforce-eager" in info["argv"] and "--max-model-len" in info["argv"]
-        reply = chat(ep.base_url, "tp2-served")
+        reply = chat(ep.base_url, "tp2-served", ep.api_key)
         assert reply["choices"][0]["message"]["content"] == "scripted answer"
         assert reply["usage"]["prompt_tokens"] == 3 and reply["usage"]["completion_tokens"] == 2
         # both GPUs are taken: a second model asking for one cannot be placed, and says so
@@ -185,7 +194,8 @@ def test_tensor_parallel_replica_gets_one_bundle_per_gpu_on_one_node_and_restart
         info2 = get_json(pool.endpoints[0].base_url[: -len("/v1")] + "/info")
         killed.append(info2["pid"])
         assert info2["pid"] != info["pid"] and sorted(info2["cuda_visible_devices"].split(",")) == ["0", "1"]
-        assert chat(pool.endpoints[0].base_url, "tp2-served")["choices"][0]["message"]["content"] == "scripted answer"
+        assert pool.endpoints[0].api_key == ep.api_key           # the restarted server asks for the same key
+        assert chat(pool.endpoints[0].base_url, "tp2-served", ep.api_key)["choices"][0]["message"]["content"] == "scripted answer"
         assert group_state(pg)["state"] == "CREATED"
     finally:
         pool.stop()

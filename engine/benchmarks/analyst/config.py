@@ -25,6 +25,9 @@ class AnalystBenchmarkConfig:
     judge_max_tokens: int = 768          # per criterion-scoring call (and per checklist refinement)
     claims_chunk_tokens: int = 1000      # report tokens (estimated) per claim-extraction call
     claims_max_tokens: int = 2048        # answer budget per claim-extraction call (claims + quotes)
+    # A bad task folder: "error" stops before anything runs (a DataError naming file, row and
+    # field); "skip" drops the folder and records it in RUN_DIR/quarantine (docs/design/data.md).
+    on_bad_rows: str = "error"
 
 
 @dataclass

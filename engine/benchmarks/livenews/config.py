@@ -22,6 +22,9 @@ class LivenewsBenchmarkConfig:
     block_source_domain: bool = True
     blocked_domains: list[str] = field(default_factory=lambda: sorted(ARCHIVE_DOMAINS))
     judge_probes: bool = True              # also grade the gold answer and a wrong choice: judge reliability
+    # A bad row in the questions or pages: "error" stops before anything runs (a DataError naming
+    # file, row and field); "skip" drops it and records it in RUN_DIR/quarantine (docs/design/data.md).
+    on_bad_rows: str = "error"
 
 
 @dataclass

@@ -9,7 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
-from engine.benchmarks.newsagent.data import NewsTask, load_dataset
+from engine import quarantine
+from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
 from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.errors import ConfigError
 from engine.judges import prompt_version
@@ -25,10 +26,20 @@ def _data_dir(cfg: Any) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+def _load(cfg: Any, limit: int | None = None) -> NewsDataset:
+    """The dataset, bad rows raising or skipped as ``benchmark.on_bad_rows`` says."""
+    d = _data_dir(cfg)
+    with quarantine.skipping(getattr(cfg.benchmark, "on_bad_rows", "error"), f"newsagent data {d}") as bad:
+        return load_dataset(d, limit, bad)
+
+
 class NewsAgentBenchmark(BenchmarkBase):
     name = "newsagent"
     benchmark_schema = NewsagentBenchmarkConfig
     agent_schema = NewsagentAgentConfig
+    # on_bad_rows picks which rows load (like limit); a task that loads runs the same either way,
+    # so it is not part of an episode's identity
+    evaluation_fields = ("on_bad_rows",)
     primary_metrics = ("search_f1", "edit_f1")
     per_task_metric = "edit_f1"
     episode_fields = [
@@ -64,11 +75,10 @@ class NewsAgentBenchmark(BenchmarkBase):
             raise ConfigError(f"benchmark.data_dir: {d} needs tasks.jsonl and objects.jsonl")
 
     def load_tasks(self, cfg: Any) -> list[NewsTask]:
-        return load_dataset(_data_dir(cfg), cfg.benchmark.limit).tasks
+        return _load(cfg, cfg.benchmark.limit).tasks
 
     def corpus(self, cfg: Any) -> list[Document]:
-        ds = load_dataset(_data_dir(cfg))
-        return [Document(o.object_id, o.text, o.date) for o in ds.objects]
+        return [Document(o.object_id, o.text, o.date) for o in _load(cfg).objects]
 
     async def run_episode(self, task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
         return await agent.run_episode(task, ctx)

@@ -13,7 +13,10 @@ A dataset is a folder with two JSON Lines files:
      "reference_evidence": ["h0001", ...], "reference_article": "..."}
 
 ``kind`` is description, caption (text starts with ``[Caption]``) or quote (``[Speaker] text``).
-Every reference id must name an object dated strictly before the task's release date.
+Every reference id must name an object dated strictly before the task's release date. Ids are
+unique, safe as names (no path syntax); texts are non-blank and at most ``MAX_TEXT_CHARS``. Every
+bad row raises a :class:`~engine.errors.BadDataError` naming file, row and field, or with a
+:class:`~engine.quarantine.Quarantine` is skipped (``docs/design/data.md``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DataError
-from engine.jsonl import field_date, field_str, read_jsonl
+from engine.errors import BadDataError, DataError
+from engine.jsonl import field_date, field_id, field_list, field_str, read_jsonl
+from engine.quarantine import Quarantine, reject
 
 OBJECT_KINDS = ("description", "caption", "quote")
+# Characters of one text field (an object's text, a firsthand item, a reference article).
+MAX_TEXT_CHARS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -64,71 +70,92 @@ class NewsDataset:
 
 
 def _str(path: Path, i: int, row: dict[str, Any], key: str, required: bool = True) -> str:
-    return field_str(path, i, row, key, required=required, strip=False)
+    return field_str(path, i, row, key, required=required, strip=False, max_chars=MAX_TEXT_CHARS)
 
 
 def _date(path: Path, i: int, row: dict[str, Any], key: str) -> dt.date:
-    return field_date(path, i, key, _str(path, i, row, key))
+    return field_date(path, i, key, row.get(key))
 
 
-def _str_list(path: Path, i: int, row: dict[str, Any], key: str, required: bool = True) -> tuple[str, ...]:
-    if key not in row:
-        if required:
-            raise DataError(path, i, key, "missing")
-        return ()
-    value = row[key]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise DataError(path, i, key, "expected a list of non-empty strings")
-    return tuple(value)
+def _object(path: Path, i: int, row: dict[str, Any]) -> HistoricalObject:
+    kind = _str(path, i, row, "kind", required=False) or "description"
+    if kind not in OBJECT_KINDS:
+        raise BadDataError("unknown_value", path, i, "kind", f"expected one of {OBJECT_KINDS}, got {kind!r}")
+    return HistoricalObject(field_id(path, i, row, "object_id"), _date(path, i, row, "date"),
+                            _str(path, i, row, "text"), kind, _str(path, i, row, "source", required=False))
 
 
-def load_objects(path: Path) -> list[HistoricalObject]:
+def load_objects(path: Path, bad: Quarantine | None = None) -> list[HistoricalObject]:
+    """The objects of ``objects.jsonl``; with ``bad``, bad rows are recorded there and skipped."""
     objects: list[HistoricalObject] = []
     seen: dict[str, int] = {}
-    for i, row in read_jsonl(path):
-        oid = _str(path, i, row, "object_id")
-        if oid in seen:
-            raise DataError(path, i, "object_id", f"duplicate id {oid!r} (first at row {seen[oid]})")
-        seen[oid] = i
-        kind = _str(path, i, row, "kind", required=False) or "description"
-        if kind not in OBJECT_KINDS:
-            raise DataError(path, i, "kind", f"expected one of {OBJECT_KINDS}, got {kind!r}")
-        objects.append(HistoricalObject(oid, _date(path, i, row, "date"), _str(path, i, row, "text"), kind,
-                                        _str(path, i, row, "source", required=False)))
+    for i, row in read_jsonl(path, bad):
+        try:
+            obj = _object(path, i, row)
+            if obj.object_id in seen:
+                raise BadDataError("duplicate_id", path, i, "object_id",
+                                   f"duplicate id {obj.object_id!r} (first at row {seen[obj.object_id]})")
+        except DataError as e:
+            reject(bad, e, row)
+            continue
+        seen[obj.object_id] = i
+        objects.append(obj)
     return objects
 
 
-def load_tasks(path: Path, objects: dict[str, HistoricalObject] | None = None) -> list[NewsTask]:
+def _task(path: Path, i: int, row: dict[str, Any], objects: dict[str, HistoricalObject] | None) -> NewsTask:
+    tid = field_id(path, i, row, "task_id")
+    release = _date(path, i, row, "release_date")
+    firsthand = field_list(path, i, row, "firsthand", max_chars=MAX_TEXT_CHARS)
+    if not firsthand:
+        raise BadDataError("empty_text", path, i, "firsthand", "a task needs at least one firsthand object")
+    refs = field_list(path, i, row, "reference_evidence", required=False)
+    for k, ref in enumerate(refs):
+        if ref in refs[:k]:
+            raise BadDataError("duplicate_id", path, i, "reference_evidence", f"object id {ref!r} listed twice")
+        if objects is None:
+            continue
+        obj = objects.get(ref)
+        if obj is None:
+            raise BadDataError("unknown_reference", path, i, "reference_evidence", f"unknown object id {ref!r}")
+        if obj.date >= release:
+            raise BadDataError("after_cutoff", path, i, "reference_evidence",
+                               f"object {ref!r} is dated {obj.date}, not before the release date {release}")
+    return NewsTask(tid, _str(path, i, row, "title"), release, firsthand, refs,
+                    _str(path, i, row, "reference_article", required=False),
+                    _str(path, i, row, "source", required=False))
+
+
+def load_tasks(path: Path, objects: dict[str, HistoricalObject] | None = None,
+               bad: Quarantine | None = None) -> list[NewsTask]:
+    """The tasks of ``tasks.jsonl``, their reference evidence checked against ``objects`` when
+    given; with ``bad``, bad rows are recorded there and skipped."""
     tasks: list[NewsTask] = []
     seen: dict[str, int] = {}
-    for i, row in read_jsonl(path):
-        tid = _str(path, i, row, "task_id")
-        if tid in seen:
-            raise DataError(path, i, "task_id", f"duplicate id {tid!r} (first at row {seen[tid]})")
-        seen[tid] = i
-        release = _date(path, i, row, "release_date")
-        firsthand = _str_list(path, i, row, "firsthand")
-        if not firsthand:
-            raise DataError(path, i, "firsthand", "a task needs at least one firsthand object")
-        refs = _str_list(path, i, row, "reference_evidence", required=False)
-        if objects is not None:
-            for ref in refs:
-                obj = objects.get(ref)
-                if obj is None:
-                    raise DataError(path, i, "reference_evidence", f"unknown object id {ref!r}")
-                if obj.date >= release:
-                    raise DataError(path, i, "reference_evidence",
-                                    f"object {ref!r} is dated {obj.date}, not before the release date {release}")
-        tasks.append(NewsTask(tid, _str(path, i, row, "title"), release, firsthand, refs,
-                              _str(path, i, row, "reference_article", required=False),
-                              _str(path, i, row, "source", required=False)))
+    for i, row in read_jsonl(path, bad):
+        try:
+            task = _task(path, i, row, objects)
+            if task.task_id in seen:
+                raise BadDataError("duplicate_id", path, i, "task_id",
+                                   f"duplicate id {task.task_id!r} (first at row {seen[task.task_id]})")
+        except DataError as e:
+            reject(bad, e, row)
+            continue
+        seen[task.task_id] = i
+        tasks.append(task)
     return tasks
 
 
-def load_dataset(root: str | Path, limit: int | None = None) -> NewsDataset:
+def load_dataset(root: str | Path, limit: int | None = None, bad: Quarantine | None = None) -> NewsDataset:
+    """The dataset folder ``root``. Without ``bad`` the first bad row raises a DataError; with it,
+    bad rows are recorded there and skipped (a task citing a skipped object is skipped too).
+    A dataset without any task is an error either way."""
     root = Path(root)
-    objects = load_objects(root / "objects.jsonl")
-    tasks = load_tasks(root / "tasks.jsonl", {o.object_id: o for o in objects})
+    objects = load_objects(root / "objects.jsonl", bad)
+    tasks = load_tasks(root / "tasks.jsonl", {o.object_id: o for o in objects}, bad)
+    if not tasks:
+        raise BadDataError("empty_file", root / "tasks.jsonl", None, None,
+                           "no tasks" + (f" left after skipping {len(bad)} bad rows" if bad else ""))
     if limit is not None:
         tasks = tasks[:limit]
     return NewsDataset(root, tasks, objects)
