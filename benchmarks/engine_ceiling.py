@@ -173,7 +173,7 @@ def main() -> None:
     ap.add_argument("--replay-only", default="", help="replay this trace only (no agent side)")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
-    for name in ("httpx", "openai", "faiss.loader", "sentence_transformers", "indexes.service", "engine.hosting"):
+    for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "indexes.service", "engine.hosting"):
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -60,7 +60,14 @@ class ModelConfig:
     unhealthy_checks: int = 3
     # Per-request timeout and retries for transient errors.
     request_timeout_s: float = 600.0
+    # Retries of a failed call (429, 5xx, reset, timeout, a malformed answer): jittered exponential
+    # backoff from retry_backoff_s up to retry_backoff_max_s, or the server's Retry-After; at most
+    # max_retries per call and max_retries_per_episode over an episode's calls (then it is stored
+    # as failed, with the error).
     max_retries: int = 2
+    retry_backoff_s: float = 0.5
+    retry_backoff_max_s: float = 8.0
+    max_retries_per_episode: int = 20
     # Sampling. The paper fixes temperature 0.
     temperature: float = 0.0
     top_p: float = 1.0
@@ -142,6 +149,9 @@ class RunConfig:
     num_seeds: int = 1
     # Finished episodes are flushed as a Parquet shard at least this often (seconds).
     flush_interval_s: float = 2.0
+    # A resumed run re-runs the episodes that failed (status error) only when this is true; by
+    # default it runs what never finished (new, budget-stopped) and keeps failures as results.
+    retry_failed: bool = False
     # Merge shards into one file per table at the end of the run.
     compact: bool = True
     # Live progress line on stderr.
@@ -343,6 +353,9 @@ def validate_model(m: ModelConfig, where: str) -> None:
                    f"tensor_parallel_size={m.tensor_parallel_size} needs num_gpus >= {m.tensor_parallel_size}")
         _check(m.num_cpus >= 0 and m.num_gpus >= 0, f"{where}.num_cpus", "num_cpus and num_gpus must be >= 0")
         _check(m.placement_timeout_s > 0, f"{where}.placement_timeout_s", "must be > 0")
+        _check(m.max_retries >= 0 and m.max_retries_per_episode >= 0, f"{where}.max_retries", "must be >= 0")
+        _check(0 <= m.retry_backoff_s <= m.retry_backoff_max_s, f"{where}.retry_backoff_s",
+               "must be >= 0 and <= retry_backoff_max_s")
         _check(bool(m.server_module), f"{where}.server_module", "required (vllm.entrypoints.openai.api_server)")
         _check(m.bind in ("auto", "loopback", "node"), f"{where}.bind", "must be auto, loopback or node")
         _check_resources(m.resources, f"{where}.resources")

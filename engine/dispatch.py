@@ -60,6 +60,7 @@ class WorkerSetup:
     # how long a call waits for a restarted replica when none answers (0: fail at once, for
     # external endpoints nobody restarts)
     reroute_wait_s: float = 0.0
+    max_retries_per_episode: int | None = None     # over all of an episode's calls (model.max_retries_per_episode)
     # the run's BudgetActor (run.budget caps), shared by all workers; None: no caps
     budget: Any = None
     # identity of the model pool the endpoints belong to: the points of a sweep that use the same
@@ -85,7 +86,9 @@ class EpisodeRunner:
         self.index = index
         self.services = services or {}
         self.router = router or (Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
-                                        reroute_wait_s=setup.reroute_wait_s) if setup.endpoints else None)
+                                        reroute_wait_s=setup.reroute_wait_s,
+                                        max_retries_per_episode=setup.max_retries_per_episode)
+                                 if setup.endpoints else None)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.gate = remote_gate(setup.budget) if setup.budget is not None else None
         # Live counters over every step taken so far (finished and in-flight episodes).
@@ -164,7 +167,8 @@ class EpisodeWorker:
             key = setup.pool_key or point
             if key not in self.routers:
                 self.routers[key] = Router(setup.endpoints, setup.sampling, setup.inflight_per_replica,
-                                           reroute_wait_s=setup.reroute_wait_s)
+                                           reroute_wait_s=setup.reroute_wait_s,
+                                           max_retries_per_episode=setup.max_retries_per_episode)
             router = self.routers[key]
         self.runners[point] = EpisodeRunner(setup, index, self.name, services, router)
 

@@ -8,8 +8,10 @@ counts (as reported by the server) and latency are returned with the text.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import random
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -68,7 +70,62 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     timeout_s: float = 600.0
-    max_retries: int = 2
+    max_retries: int = 2                  # per call: attempts = max_retries + 1
+    backoff_s: float = 0.5                # first retry after ~backoff_s, doubling, jittered
+    backoff_max_s: float = 8.0
+    retry_after_max_s: float = 60.0       # a longer Retry-After is waited for this long only
+
+
+class RetryBudget:
+    """Retries one episode (or one judge request) may spend over all its calls; shared by the
+    calls of an :class:`EpisodeClient`. ``limit`` None: no cap beyond each call's own."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self) -> bool:
+        if self.limit is not None and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+
+RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
+
+
+def retry_after(e: BaseException) -> float | None:
+    """Seconds the server asked to wait (``Retry-After``: seconds or an HTTP date;
+    ``retry-after-ms``), or None."""
+    headers = getattr(getattr(e, "response", None), "headers", None) or {}
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000.0)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            from email.utils import parsedate_to_datetime
+
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def retryable(e: BaseException) -> bool:
+    """A failure worth asking again: rate limits, server errors, connection resets and timeouts,
+    a body that is not the JSON it claims to be, an answer without choices."""
+    status = getattr(e, "status_code", None)
+    if isinstance(status, int):
+        return status in RETRY_STATUS
+    return isinstance(e, (MalformedResponse, json.JSONDecodeError)) or type(e).__name__ in (
+        "APIConnectionError", "APITimeoutError", "ConnectError", "ReadError", "RemoteProtocolError", "ReadTimeout")
+
+
+class MalformedResponse(RuntimeError):
+    """A 200 answer without what a chat completion must carry (no choices, no message)."""
 
 
 class ChatClient:
@@ -89,8 +146,11 @@ class ChatClient:
         key = endpoint.api_key or (os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else "")
         self.endpoint = endpoint
         self.sampling = sampling
+        # retries are ours (``chat``): jittered backoff, Retry-After honoured, capped per call and
+        # per episode (RetryBudget); the SDK's own would be invisible to those caps
         self._client = AsyncOpenAI(base_url=endpoint.base_url, api_key=key or "EMPTY",
-                                   timeout=sampling.timeout_s, max_retries=sampling.max_retries)
+                                   timeout=sampling.timeout_s, max_retries=0)
+        self.retries = 0
         self._slots = asyncio.Semaphore(max_inflight)
         self.usage = Usage()
         self.gate = gate
@@ -98,10 +158,18 @@ class ChatClient:
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
-                   regex: str | None = None, temperature: float | None = None) -> Completion:
+                   regex: str | None = None, temperature: float | None = None,
+                   retry_budget: RetryBudget | None = None) -> Completion:
         """One chat completion. ``json_schema`` / ``regex`` constrain decoding (vLLM structured
         outputs; ``regex`` is vLLM-specific and sent as ``structured_outputs``). ``temperature``
-        overrides the client's sampling temperature for this call (e.g. a benchmark's own)."""
+        overrides the client's sampling temperature for this call (e.g. a benchmark's own).
+
+        A retryable failure (:func:`retryable`) is asked again after a jittered exponential
+        backoff (``sampling.backoff_s`` doubling up to ``backoff_max_s``, times 0.5-1.0), or after
+        the server's ``Retry-After`` (at most ``retry_after_max_s``), at most
+        ``sampling.max_retries`` times per call and while ``retry_budget`` (the episode's) lasts;
+        then :class:`GenerationError` names the last failure and the attempts. A 4xx about the
+        request is :class:`RequestRejected` at once."""
         temp = self.sampling.temperature if temperature is None else temperature
         kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temp, top_p=self.sampling.top_p)
@@ -118,16 +186,31 @@ class ChatClient:
         ticket = await gate.reserve(messages, max_tokens) if gate is not None else None
         c: Completion | None = None
         try:
-            async with self._slots:
-                t0 = time.perf_counter()
+            attempt = 0
+            while True:
                 try:
-                    resp = await self._client.chat.completions.create(**kwargs)
-                except Exception as e:  # openai raises typed errors; all end the episode the same way
+                    async with self._slots:
+                        t0 = time.perf_counter()
+                        resp = await self._client.chat.completions.create(**kwargs)
+                        latency = time.perf_counter() - t0
+                    if not resp.choices or resp.choices[0].message is None:
+                        raise MalformedResponse("the answer has no choices")
+                    break
+                except Exception as e:  # noqa: BLE001 - openai's typed errors, a bad body; classified below
                     status = getattr(e, "status_code", None)
-                    if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404, 408, 429):
-                        raise RequestRejected(f"{type(e).__name__}: {e}") from e
-                    raise GenerationError(f"{type(e).__name__}: {e}") from e
-                latency = time.perf_counter() - t0
+                    what = f"{type(e).__name__}: {e}"
+                    if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404) \
+                            and status not in RETRY_STATUS:
+                        raise RequestRejected(what) from e
+                    if not retryable(e):
+                        raise GenerationError(what) from e
+                    if attempt >= self.sampling.max_retries:
+                        raise GenerationError(f"{what} (after {attempt + 1} attempts)") from e
+                    if retry_budget is not None and not retry_budget.take():
+                        raise GenerationError(f"{what} (the episode's {retry_budget.limit} retries are spent)") from e
+                    attempt += 1
+                    self.retries += 1
+                    await asyncio.sleep(self._delay(attempt, retry_after(e)))
             choice = resp.choices[0]
             usage = resp.usage
             c = Completion(text=choice.message.content or "",
@@ -141,6 +224,14 @@ class ChatClient:
                 await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
         self.usage.add(c)
         return c
+
+    def _delay(self, attempt: int, asked: float | None) -> float:
+        """Seconds before retry ``attempt`` (1-based): the server's ``Retry-After`` (capped), else
+        exponential backoff; both jittered so that failed calls do not come back in step."""
+        sp = self.sampling
+        if asked is not None:
+            return min(asked, sp.retry_after_max_s) * random.uniform(1.0, 1.1)
+        return min(sp.backoff_max_s, sp.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
     async def close(self) -> None:
         await self._client.close()
@@ -168,7 +259,9 @@ class Router:
     pushes new endpoint lists (a replica re-created elsewhere) with :meth:`update`."""
 
     def __init__(self, endpoints: list[Endpoint], sampling: SamplingParams, max_inflight_per_replica: int = 8,
-                 reroute_wait_s: float = 0.0, recheck_s: float = 5.0) -> None:
+                 reroute_wait_s: float = 0.0, recheck_s: float = 5.0, max_retries_per_episode: int | None = None
+                 ) -> None:
+        self.max_retries_per_episode = max_retries_per_episode     # each EpisodeClient's RetryBudget
         self.on_call: Callable[[dict[str, Any], Completion, float, float], None] | None = None   # see ChatClient
         self.endpoints = list(endpoints)
         self.sampling = sampling
@@ -252,6 +345,7 @@ class EpisodeClient:
     def __init__(self, router: Router, episode_id: str) -> None:
         self.router = router
         self.episode_id = episode_id
+        self.retries = RetryBudget(router.max_retries_per_episode)      # over all the episode's calls
 
     @property
     def endpoint(self) -> Endpoint:
@@ -263,7 +357,7 @@ class EpisodeClient:
         while True:
             i = r.pick(self.episode_id)
             try:
-                return await r.client(i).chat(*args, **kwargs)
+                return await r.client(i).chat(*args, retry_budget=self.retries, **kwargs)
             except RequestRejected:
                 raise
             except GenerationError as e:

@@ -156,7 +156,9 @@ def skipping(on_bad_rows: str, what: str) -> Iterator[Quarantine | None]:
     if on_bad_rows == "error":
         yield None
         return
-    q = _active.get() or Quarantine()
+    q = _active.get()
+    if q is None:         # (not ``or``: an empty Quarantine is falsy)
+        q = Quarantine()
     before = len(q)
     yield q
     if len(q) > before:

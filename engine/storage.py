@@ -548,10 +548,12 @@ class EpisodeStore(_ShardedDir):
             return METRIC_SCHEMA.empty_table()
         return _conform(pq.read_table(path, filesystem=self.fs), METRIC_SCHEMA)
 
-    def finished_ids(self, config_hash: str | Iterable[str] | None = None) -> set[str]:
-        """Ids of episodes that need no re-run (status ok): one column read, ok rows only."""
+    def finished_ids(self, config_hash: str | Iterable[str] | None = None,
+                     statuses: Sequence[str] = ("ok",)) -> set[str]:
+        """Ids of episodes that need no re-run: a row with one of ``statuses`` (default ok; a
+        resumed run adds "error" unless ``run.retry_failed``). One column read."""
         t = self._read("episodes", self.schema, ["episode_id"],
-                       _and(pc.field("status") == "ok", _eq("config_hash", config_hash)))
+                       _and(pc.field("status").isin(list(statuses)), _eq("config_hash", config_hash)))
         return set(pc.unique(t["episode_id"]).to_pylist())
 
     # -- maintenance -----------------------------------------------------------------------

@@ -94,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 
-        sys.argv = [sys.argv[0], *rest]
-        realtimeqa.main()
-        return 0
+        return realtimeqa.main(rest)          # its exit code: 2 on bad data
     sys.stderr.write(f"unknown command {cmd!r}\n{USAGE}")
     return 2
 

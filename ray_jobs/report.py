@@ -455,20 +455,34 @@ def load_verdicts(store: PairwiseStore) -> list[Verdicts]:
     return out
 
 
-def read_human(path: Path, systems: set[str]) -> dict[tuple[str, str, str], str | None]:
+def read_human(path: Path, systems: set[str], tasks: set[str] | None = None
+               ) -> dict[tuple[str, str, str], str | None]:
     """Human preferences, JSON Lines: ``{"task_id", "system_a", "system_b", "winner"}`` with winner
-    one of the two system ids or "tie". Errors name the file, line and field."""
+    one of the two system ids or "tie"; one label per task and pair; systems among ``systems``,
+    tasks among ``tasks`` when given. Errors (``BadDataError``) name the file, line and field."""
+    from engine.errors import BadDataError
     from engine.jsonl import field_str, read_jsonl
 
     out: dict[tuple[str, str, str], str | None] = {}
+    first: dict[tuple[str, str, str], int] = {}
     for row, rec in read_jsonl(path):
         task, a, b, winner = (field_str(path, row, rec, f) for f in ("task_id", "system_a", "system_b", "winner"))
+        if tasks is not None and task not in tasks:
+            raise BadDataError("unknown_reference", path, row, "task_id",
+                               f"unknown task {task!r} (not among the {len(tasks)} compared tasks)")
         for f, sid in (("system_a", a), ("system_b", b)):
             if sid not in systems:
-                raise DataError(path, row, f, f"unknown system {sid!r} (known: {sorted(systems)})")
+                raise BadDataError("unknown_reference", path, row, f, f"unknown system {sid!r} (known: {sorted(systems)})")
+        if a == b:
+            raise BadDataError("inconsistent", path, row, "system_b", f"the same system {a!r} as system_a")
         if winner not in (a, b, "tie"):
-            raise DataError(path, row, "winner", f"must be system_a, system_b or \"tie\", got {winner!r}")
+            raise BadDataError("unknown_value", path, row, "winner",
+                               f"must be system_a, system_b or \"tie\", got {winner!r}")
         lo, hi = sorted((a, b))
+        if (task, lo, hi) in first:
+            raise BadDataError("duplicate_id", path, row, "task_id", f"task {task!r} and pair {lo!r} / {hi!r} "
+                               f"labelled again (first at row {first[(task, lo, hi)]}); one label per task and pair")
+        first[(task, lo, hi)] = row
         out[(task, lo, hi)] = None if winner == "tie" else winner
     return out
 
@@ -649,7 +663,7 @@ def _dimension_section(page: Page, v: Verdicts, ids: list[str], names: list[str]
 
 
 def _agreement(page: Page, v: Verdicts, human_path: Path, systems: set[str], n_boot: int) -> None:
-    human = read_human(human_path, systems | {"reference"})
+    human = read_human(human_path, systems | {"reference"}, {c["task_id"] for c in v.comparisons})
     judge: dict[tuple[str, str, str], str] = {}
     for c in v.comparisons:
         if c["order"] != "random":

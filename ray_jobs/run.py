@@ -88,7 +88,8 @@ def plan(cfg: Config) -> Plan:
             specs.append(EpisodeSpec(eid, config_hash, task, task.task_id, seed))
     rd = run_dir(cfg)
     store = EpisodeStore(rd, bench.episode_fields)
-    done = store.finished_ids(config_hash=config_hash)
+    # failed episodes are results too: re-run only when asked (run.retry_failed)
+    done = store.finished_ids(config_hash=config_hash, statuses=("ok",) if cfg.run.retry_failed else ("ok", "error"))
     todo = [s for s in specs if s.episode_id not in done]
     return Plan(specs, todo, config_hash, rd)
 
@@ -173,8 +174,14 @@ def plan_waves(points: list[Point], models: dict[str, ModelConfig], capacity: di
 def make_point(cfg: Config) -> Point:
     validate(cfg)
     bench = get_benchmark(cfg.benchmark.name)
-    p = plan(cfg)
+    # bad data (docs/design/data.md): the rows benchmark.on_bad_rows=skip dropped while plan()
+    # loaded the tasks go to RUN_DIR/quarantine/part-*.parquet, and their count is logged
+    from engine.quarantine import collecting, write_quarantine
+
+    with collecting() as bad_rows:
+        p = plan(cfg)
     store = EpisodeStore(p.run_dir, bench.episode_fields)
+    write_quarantine(store, bad_rows.rows)
     store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
     uses_model = bench.uses_model(cfg.agent)
     info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
@@ -376,7 +383,9 @@ def _prepare_generation(p: Point, session: Session) -> None:
     p.setup = WorkerSetup(
         benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
         endpoints=endpoints,
-        sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries),
+        sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries,
+                                m.retry_backoff_s, m.retry_backoff_max_s),
+        max_retries_per_episode=m.max_retries_per_episode,
         inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
         top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=p.uses_model,
         data_json=data_identity(cfg), artifacts_dir=str(p.store.root / "artifacts"),

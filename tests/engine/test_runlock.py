@@ -81,15 +81,15 @@ def test_run_refuses_a_locked_run_dir_before_writing(tmp_path):
     assert info["episodes_planned"] == 1 and not (tmp_path / LOCK_NAME).exists()      # and released
 
 
-@pytest.mark.parametrize("holder,stale", [
-    ({"host": "elsewhere", "pid": 1, "heartbeat": time.time() - 1000}, "heartbeat is"),
-    ({"host": "elsewhere", "pid": 1, "heartbeat": time.time()}, ""),              # live on another host
-    ({"host": socket.gethostname(), "pid": os.getpid(), "heartbeat": time.time() - 1000}, "heartbeat is"),
-    ({"host": socket.gethostname(), "pid": os.getpid(), "heartbeat": time.time()}, ""),
-    ({"host": socket.gethostname(), "pid": 0, "heartbeat": time.time()}, "is gone"),
+@pytest.mark.parametrize("holder,age,stale", [
+    ({"host": "elsewhere", "pid": 1}, 1000, "heartbeat is"),
+    ({"host": "elsewhere", "pid": 1}, 0, ""),                                    # live on another host
+    ({"host": socket.gethostname(), "pid": os.getpid()}, 1000, "heartbeat is"),
+    ({"host": socket.gethostname(), "pid": os.getpid()}, 0, ""),
+    ({"host": socket.gethostname(), "pid": 0}, 0, "is gone"),
 ])
-def test_stale_reasons(holder, stale):
-    why = stale_reason(holder, stale_s=180)
+def test_stale_reasons(holder, age, stale):
+    why = stale_reason(dict(holder, heartbeat=time.time() - age), stale_s=180)
     assert (stale in why) if stale else why == ""
 
 

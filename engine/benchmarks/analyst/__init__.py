@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from engine.benchmarks.analyst import claims, generation, prompts, scoring
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
-from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_tasks
+from engine import quarantine
+from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.errors import ConfigError
 from engine.judges import prompt_version
@@ -35,8 +36,21 @@ def _dir(p: str) -> Path:
 
 @functools.lru_cache(maxsize=8)
 def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
-    return {t.task_id: t for t in load_tasks(_dir(tasks_dir), checklists_dir=_dir(checklists_dir) if checklists_dir
-                                             else None)}
+    """The tasks by id, for looking up tasks whose episodes ran: a bad folder of another task is
+    skipped (logged), not fatal here (whether bad folders may be skipped at all is decided when
+    a run loads its tasks, by ``benchmark.on_bad_rows``)."""
+    with quarantine.skipping("skip", f"analyst tasks {_dir(tasks_dir)}") as bad:
+        return {t.task_id: t for t in load_tasks(_dir(tasks_dir), checklists_dir=_dir(checklists_dir) if checklists_dir
+                                                 else None, bad=bad)}
+
+
+def _task(tasks_dir: str, checklists_dir: str, task_id: str) -> AnalystTask:
+    """The task ``task_id``; when its folder no longer loads, the DataError saying why."""
+    task = _tasks(tasks_dir, checklists_dir).get(task_id)
+    if task is None:
+        load_task(_dir(tasks_dir) / task_id, _dir(checklists_dir) if checklists_dir else None)   # raises why
+        raise KeyError(f"analyst task {task_id!r} is not in {_dir(tasks_dir)}")
+    return task
 
 
 def attempt_seed(seed: int, attempt: int) -> int:
@@ -54,7 +68,7 @@ def _embedder() -> Any:
 @functools.lru_cache(maxsize=64)
 def _evidence_index(tasks_dir: str, task_id: str) -> tuple[list[str], np.ndarray]:
     """The task's sources as ~300-word passages with their MiniLM vectors (claim verification)."""
-    task = _tasks(tasks_dir)[task_id]
+    task = _task(tasks_dir, "", task_id)
     passages = chunk_sources(source_texts(task.sources_dir, preview_rows=10**6, full_rows=10**6), 1500, ByteCounter())
     return passages, _embedder().encode(passages)
 
@@ -65,7 +79,8 @@ class AnalystBenchmark(BenchmarkBase):
     agent_schema = AnalystAgentConfig
     evaluation_fields = ("checklists_dir", "n_criteria", "checklist_max_tokens", "checklist_refine_rounds",
                          "checklist_pass_rating", "figure_match_threshold", "evidence_k", "max_claims",
-                         "judge_max_tokens", "claims_chunk_tokens", "claims_max_tokens")
+                         "judge_max_tokens", "claims_chunk_tokens", "claims_max_tokens",
+                         "on_bad_rows")   # picks which task folders load (like limit), not how one runs
     # the scoring prompts (the checklist is not the judge's: it is the task's, keyed by its own id)
     judge_prompt_version = prompt_version(prompts.CHECKLIST_EVALUATION, prompts.CLAIM_EXTRACTION,
                                           scoring.CLAIM_VERIFICATION)
@@ -110,7 +125,9 @@ class AnalystBenchmark(BenchmarkBase):
 
     def load_tasks(self, cfg: Any) -> list[AnalystTask]:
         b = cfg.benchmark
-        tasks = load_tasks(_dir(b.tasks_dir), checklists_dir=_dir(b.checklists_dir) if b.checklists_dir else None)
+        with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {_dir(b.tasks_dir)}") as bad:
+            tasks = load_tasks(_dir(b.tasks_dir), checklists_dir=_dir(b.checklists_dir) if b.checklists_dir else None,
+                               bad=bad)
         if b.task_ids:
             unknown = sorted(set(b.task_ids) - {t.task_id for t in tasks})
             if unknown:
@@ -169,7 +186,7 @@ class AnalystBenchmark(BenchmarkBase):
         if not report.strip():
             return []
         b = row_config(row)
-        task = _tasks(b.tasks_dir, b.checklists_dir)[row["task_id"]]
+        task = _task(b.tasks_dir, b.checklists_dir, row["task_id"])
         eid, mine = row["episode_id"], judged.get(row["episode_id"], {})
         out: list[JudgeRequest] = []
         for i, crit in enumerate(task.checklist):

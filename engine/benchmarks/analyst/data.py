@@ -20,19 +20,32 @@ A task without checklist.json may have a built one in a checklist store
 an edited reference never meets an old checklist. A built checklist whose ``reference_sha256``
 is not the task's reference is an error (delete it to rebuild).
 
-Every error names the file and field.
+Every error is a :class:`~engine.errors.BadDataError` naming the file, the row (the line of the
+field in a JSON file, the line of a bad byte, the criterion of a checklist; none for a whole-file
+problem) and the field; with ``benchmark.on_bad_rows=skip`` a bad folder is skipped and
+quarantined instead (``docs/design/data.md`` lists the checks).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.errors import DataError
+from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
+from engine.errors import BadDataError, DataError
+from engine.jsonl import check_id, field_str
+from engine.quarantine import Quarantine, reject
 
 SETTINGS = ("T", "T+S", "T+S+ToC", "T+S+R*")
+TASK_FIELDS = ("task_id", "instruction", "family", "variant", "domain", "template_from")
+# Bytes of task.json, reference.md, toc.md, template.md, excluded.md and checklist.json; of one
+# source file; characters of one task.json field.
+MAX_TEXT_BYTES = 5_000_000
+MAX_SOURCE_BYTES = 200_000_000
+MAX_INSTRUCTION_CHARS = 100_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class AnalystTask:
     checklist: tuple[str, ...] = field(default_factory=tuple)
     checklist_origin: str = ""      # the file it came from, and who built it when
     checklist_failure: str = ""     # why the last build failed (no checklist)
+    template_from: str = ""         # the task whose reference is the template (task.json)
 
     @property
     def sources_dir(self) -> Path:
@@ -82,34 +96,55 @@ def failure_path(target: Path) -> Path:
     return target.with_name(target.name[: -len(".json")] + ".failed.json")
 
 
-def _read(path: Path, required: bool) -> str:
-    if not path.exists():
+def _line_at(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _read(path: Path, required: bool, limit: int = MAX_TEXT_BYTES) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes ("" when it is optional and absent)."""
+    if not path.is_file():
         if required:
-            raise DataError(path, None, None, "file not found")
+            raise BadDataError("missing_file", path, None, None, "file not found")
         return ""
+    size = path.stat().st_size
+    if size > limit:
+        raise BadDataError("too_large", path, None, None, f"{size:,} bytes, over the limit of {limit:,}")
+    data = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")     # as written: the reference's hash keys its checklist
     except UnicodeDecodeError as e:
-        raise DataError(path, None, None, f"not UTF-8 text: {e}") from None
+        raise BadDataError("bad_utf8", path, _line_at(data, e.start), None,
+                           f"not UTF-8: byte 0x{data[e.start]:02x} at byte {e.start}") from None
     if required and not text.strip():
-        raise DataError(path, None, None, "empty")
+        raise BadDataError("empty_text", path, None, None, "empty")
     return text
 
 
+def _json(path: Path, text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadDataError("invalid_json", path, e.lineno, None, f"invalid JSON: {e.msg}") from None
+
+
+def _key_line(text: str, key: str) -> int:
+    """The line of ``"key":`` in a JSON document (1 when it is not there): the row its errors name."""
+    m = re.search(rf'"{re.escape(key)}"\s*:', text)
+    return text.count("\n", 0, m.start()) + 1 if m else 1
+
+
 def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
-    """(criteria, origin) of a checklist file: a hand-written list, or a built object."""
+    """(criteria, origin) of a checklist file: a hand-written list, or a built object. Errors
+    about one criterion name it as row N (1-based)."""
     if not path.exists():
         return (), ""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(path, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    obj = _json(path, _read(path, True))
     where = ""
     if isinstance(obj, dict):
         ref = obj.get("reference_sha256")
         if ref is not None and ref != reference_sha256(reference):
-            raise DataError(path, None, "reference_sha256", "built for another reference.md than the task's "
-                            "(delete the file to rebuild the checklist)")
+            raise BadDataError("inconsistent", path, None, "reference_sha256", "built for another reference.md than "
+                               "the task's (delete the file to rebuild the checklist)")
         by = obj.get("generated_by") if isinstance(obj.get("generated_by"), dict) else {}
         origin = (f"{path}: built by {by.get('judge', '?')} (model {by.get('model', '?')}), "
                   f"prompts {obj.get('prompt_version', '?')}, {obj.get('created_at', '?')}")
@@ -117,15 +152,72 @@ def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
     else:
         items, origin = obj, f"{path}: hand-written"
     if not isinstance(items, list) or not items:
-        raise DataError(path, None, where or None, "expected a non-empty JSON list of criteria")
+        raise BadDataError("missing_field" if items is None else "wrong_type", path, None, where or None,
+                           "expected a non-empty JSON list of criteria")
+    name = where or "criterion"
     for i, c in enumerate(items, start=1):
         if not isinstance(c, str) or not c.strip():
-            raise DataError(path, None, f"{where}[{i}]", "expected a non-empty string")
+            raise BadDataError("wrong_type" if not isinstance(c, str) else "empty_text", path, i, name,
+                               "expected a non-empty string")
         levels = [ln.strip()[:4] for ln in c.splitlines()[1:]]
         if levels != ["- 1:", "- 2:", "- 3:", "- 4:", "- 5:"]:
-            raise DataError(path, None, f"{where}[{i}]",
-                            'expected a description line, then "- 1: ..." to "- 5: ..." lines')
+            raise BadDataError("malformed_value", path, i, name,
+                               'expected a description line, then "- 1: ..." to "- 5: ..." lines')
     return tuple(items), origin
+
+
+def _meta(meta_path: Path, folder: Path) -> dict[str, str]:
+    """task.json, checked: its fields, their types, and that task_id names the folder."""
+    text = _read(meta_path, True)
+    meta = _json(meta_path, text)
+    if not isinstance(meta, dict):
+        raise BadDataError("not_object", meta_path, 1, None, f"expected a JSON object, got {type(meta).__name__}")
+    for key in meta:
+        if key not in TASK_FIELDS:
+            raise BadDataError("unknown_field", meta_path, _key_line(text, key), key,
+                               f"not a task.json field (fields: {', '.join(TASK_FIELDS)})")
+    out: dict[str, str] = {}
+    for key in TASK_FIELDS:
+        required = key in ("task_id", "instruction")
+        value = field_str(meta_path, _key_line(text, key), meta, key, required=required, strip=False,
+                          max_chars=MAX_INSTRUCTION_CHARS)
+        if key in ("task_id", "template_from") and value:
+            check_id(meta_path, _key_line(text, key), key, value)
+        out[key] = value
+    if out["task_id"] != folder.name:
+        raise BadDataError("inconsistent", meta_path, _key_line(text, "task_id"), "task_id",
+                           f"{out['task_id']!r} differs from the folder name {folder.name!r}")
+    return out
+
+
+def _check_sources(folder: Path) -> None:
+    """sources/ holds at least one file; each is inside the task folder (no symlink out of it),
+    of a readable type (``.md``/``.markdown``/``.txt`` UTF-8 text, ``.csv`` a UTF-8 table with
+    rows as wide as its header, ``.xlsx`` a workbook) and at most ``MAX_SOURCE_BYTES``."""
+    src = folder / "sources"
+    if not src.is_dir():
+        raise BadDataError("missing_file", src, None, None, "a task needs a sources/ folder with at least one file")
+    files = [p for p in sorted(src.rglob("*")) if p.is_file() and not p.name.startswith(".")]
+    if not files:
+        raise BadDataError("empty_file", src, None, None, "a task needs a sources/ folder with at least one file")
+    inside = folder.resolve()
+    for p in files:
+        if not p.resolve().is_relative_to(inside):
+            raise BadDataError("unsafe_name", p, None, None, f"links out of the task folder (to {p.resolve()})")
+        suffix = p.suffix.lower()
+        if suffix not in TEXT_SUFFIXES | TABLE_SUFFIXES:
+            raise BadDataError("unsupported_file", p, None, None,
+                               f"unsupported source type {suffix!r} (use .md, .txt, .csv or .xlsx)")
+        if suffix == ".xlsx":
+            if p.stat().st_size > MAX_SOURCE_BYTES:
+                raise BadDataError("too_large", p, None, None, f"over the limit of {MAX_SOURCE_BYTES:,} bytes")
+            with p.open("rb") as f:
+                if f.read(4) != b"PK\x03\x04":
+                    raise BadDataError("bad_table", p, None, None, "not an XLSX workbook (no zip header)")
+            continue
+        _read(p, False, MAX_SOURCE_BYTES)     # UTF-8, within the limit
+        if suffix == ".csv":
+            read_table(p)
 
 
 def _failure(path: Path) -> str:
@@ -139,54 +231,70 @@ def _failure(path: Path) -> str:
 
 
 def load_task(folder: Path, checklists_dir: Path | None = None) -> AnalystTask:
+    """One task folder, checked (``docs/design/data.md``); raises a BadDataError naming the file,
+    the row (a line, or a checklist criterion) and the field."""
     meta_path = folder / "task.json"
-    try:
-        meta = json.loads(_read(meta_path, True))
-    except json.JSONDecodeError as e:
-        raise DataError(meta_path, e.lineno, None, f"invalid JSON: {e.msg}") from None
-    if not isinstance(meta, dict):
-        raise DataError(meta_path, None, None, "expected a JSON object")
-    for key in ("task_id", "instruction"):
-        if not isinstance(meta.get(key), str) or not meta[key].strip():
-            raise DataError(meta_path, None, key, "missing" if key not in meta else "expected a non-empty string")
-    if meta["task_id"] != folder.name:
-        raise DataError(meta_path, None, "task_id", f"{meta['task_id']!r} differs from the folder name {folder.name!r}")
-    if not (folder / "sources").is_dir() or not any(p.is_file() for p in (folder / "sources").rglob("*")):
-        raise DataError(folder / "sources", None, None, "a task needs a sources/ folder with at least one file")
+    meta = _meta(meta_path, folder)
+    _check_sources(folder)
     reference = _read(folder / "reference.md", True)
     checklist, origin = _checklist(folder / "checklist.json", reference)       # the task's own comes first
     target = checklist_target(folder, meta["task_id"], reference, checklists_dir)
     if not checklist and checklists_dir is not None:
         checklist, origin = _checklist(target, reference)
     return AnalystTask(
-        task_id=meta["task_id"], instruction=meta["instruction"].strip(), family=str(meta.get("family", meta["task_id"])),
-        variant=str(meta.get("variant", "")), domain=str(meta.get("domain", "")), folder=folder,
+        task_id=meta["task_id"], instruction=meta["instruction"].strip(), family=meta["family"] or meta["task_id"],
+        variant=meta["variant"], domain=meta["domain"], folder=folder,
         reference=reference, toc=_read(folder / "toc.md", False),
         template=_read(folder / "template.md", False), excluded=_read(folder / "excluded.md", False),
         checklist=checklist, checklist_origin=origin,
-        checklist_failure="" if checklist else _failure(failure_path(target)))
+        checklist_failure="" if checklist else _failure(failure_path(target)), template_from=meta["template_from"])
 
 
-def load_tasks(tasks_dir: Path, limit: int | None = None, checklists_dir: Path | None = None) -> list[AnalystTask]:
+def load_tasks(tasks_dir: Path, limit: int | None = None, checklists_dir: Path | None = None,
+               bad: Quarantine | None = None) -> list[AnalystTask]:
     """The task folders under ``tasks_dir``; built checklists are also looked up in
-    ``checklists_dir`` (a checklist store) when given."""
+    ``checklists_dir`` (a checklist store) when given. Without ``bad`` the first bad folder
+    raises; with it, bad folders are recorded there and skipped (a task whose template task was
+    skipped too). No task at all is an error either way."""
     if not tasks_dir.is_dir():
-        raise DataError(tasks_dir, None, None, "tasks folder not found")
-    tasks = [load_task(d, checklists_dir) for d in sorted(tasks_dir.iterdir())
-             if d.is_dir() and not d.name.startswith(".")]
-    if not tasks:
-        raise DataError(tasks_dir, None, None, "no task folders")
+        raise BadDataError("missing_file", tasks_dir, None, None, "tasks folder not found")
+    tasks = []
+    for d in sorted(tasks_dir.iterdir()):
+        if not d.is_dir() or d.name.startswith("."):
+            continue
+        try:
+            tasks.append(load_task(d, checklists_dir))
+        except DataError as e:
+            reject(bad, e, _raw(d))
     by_id = {t.task_id: t for t in tasks}
     out = []
     for t in tasks:                     # R*: another variant's reference report
-        meta = json.loads((t.folder / "task.json").read_text(encoding="utf-8"))
-        src = meta.get("template_from")
+        src = t.template_from
         if not t.template and src:
-            if src not in by_id:
-                raise DataError(t.folder / "task.json", None, "template_from", f"no task {src!r} in {tasks_dir}")
-            if by_id[src].family != t.family:
-                raise DataError(t.folder / "task.json", None, "template_from",
-                                f"{src!r} is a {by_id[src].family!r} task, not a variant of {t.family!r}")
-            t = AnalystTask(**{**t.__dict__, "template": by_id[src].reference})
+            try:
+                meta_path = t.folder / "task.json"
+                line = _key_line(meta_path.read_text(encoding="utf-8-sig"), "template_from")
+                if src not in by_id:
+                    raise BadDataError("unknown_reference", meta_path, line, "template_from",
+                                       f"no task {src!r} in {tasks_dir}")
+                if by_id[src].family != t.family:
+                    raise BadDataError("inconsistent", meta_path, line, "template_from",
+                                       f"{src!r} is a {by_id[src].family!r} task, not a variant of {t.family!r}")
+            except DataError as e:
+                reject(bad, e, _raw(t.folder))
+                continue
+            t = replace(t, template=by_id[src].reference)
         out.append(t)
+    if not out:
+        raise BadDataError("empty_file", tasks_dir, None, None,
+                           "no task folders" + (f" left after skipping {len(bad)} bad ones" if bad else ""))
     return out[:limit] if limit is not None else out
+
+
+def _raw(folder: Path) -> str:
+    """What the quarantine keeps of a bad folder: its name and the start of its task.json."""
+    try:
+        head = (folder / "task.json").read_bytes()[:300].decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    return f"{folder.name}/ {head}"

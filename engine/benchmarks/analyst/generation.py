@@ -193,7 +193,9 @@ def _observation(box: Sandbox, action: dict[str, Any], limit: int) -> tuple[str,
             return f"report.md written ({len(content)} characters)", True
     except PathRefused as e:
         return f"error: {e}", False
-    except (OSError, re.error, ValueError, TypeError) as e:
+    except (OSError, re.error, ValueError, TypeError, OverflowError, RecursionError) as e:
+        # OverflowError: "start": 1e400, or a regex repeat past 4294967295; RecursionError: a
+        # regex nested past the recursion limit
         return f"error: {type(e).__name__}: {e}", False
     return f"error: unknown tool {tool!r}", False
 

@@ -21,7 +21,9 @@ from typing import Any, Sequence
 
 from engine.actions import ParseError, first_json_object
 
-_RATING = re.compile(r"rating\s+is\s*:?\s*\**\s*\(?([1-5])(?:\s*/\s*5)?\b", re.I)
+# Each run of whitespace is read by one \s* (r"is\s*:?\s*\**\s*" backtracked cubically: a
+# judge's "rating is" followed by a few thousand blanks took minutes).
+_RATING = re.compile(r"rating\s+is\s*(?::\s*)?(?:\*+\s*)?\(?([1-5])(?:\s*/\s*5)?\b", re.I)
 
 
 def parse_rating(text: str) -> int | None:

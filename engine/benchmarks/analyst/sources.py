@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from engine.errors import DataError
+from engine.errors import BadDataError, DataError
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt"}
 TABLE_SUFFIXES = {".csv", ".xlsx"}
@@ -68,7 +68,8 @@ def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
             with open(path, newline="", encoding="utf-8-sig") as f:
                 rows = list(csv.reader(f))
         except (UnicodeDecodeError, csv.Error) as e:
-            raise DataError(path, None, None, f"cannot read CSV: {e}") from None
+            kind = "bad_utf8" if isinstance(e, UnicodeDecodeError) else "bad_table"
+            raise BadDataError(kind, path, None, None, f"cannot read CSV: {e}") from None
     else:
         try:
             import openpyxl
@@ -77,17 +78,17 @@ def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
         try:
             wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
         except Exception as e:  # openpyxl raises several types for a bad file
-            raise DataError(path, None, None, f"cannot read XLSX: {e}") from None
+            raise BadDataError("bad_table", path, None, None, f"cannot read XLSX: {e}") from None
         ws = wb.worksheets[0]
         rows = [["" if v is None else str(v) for v in r] for r in ws.iter_rows(values_only=True)]
         wb.close()
     rows = [r for r in rows if any(c.strip() for c in r)]
     if not rows:
-        raise DataError(path, None, None, "empty table")
+        raise BadDataError("bad_table", path, None, None, "empty table")
     header, body = rows[0], rows[1:]
     for i, r in enumerate(body, start=2):
         if len(r) != len(header):
-            raise DataError(path, i, None, f"{len(r)} cells, the header has {len(header)}")
+            raise BadDataError("bad_table", path, i, None, f"{len(r)} cells, the header has {len(header)}")
     return header, body
 
 
@@ -143,12 +144,13 @@ def source_texts(sources_dir: Path, preview_rows: int = 10, full_rows: int = 40)
             try:
                 out.append(SourceText(rel, p.read_text(encoding="utf-8")))
             except UnicodeDecodeError as e:
-                raise DataError(p, None, None, f"not UTF-8 text: {e}") from None
+                raise BadDataError("bad_utf8", p, None, None, f"not UTF-8 text: {e}") from None
         elif suffix in TABLE_SUFFIXES:
             header, rows = read_table(p)
             out.append(SourceText(rel, summarise_table(rel, header, rows, preview_rows, full_rows)))
         else:
-            raise DataError(p, None, None, f"unsupported source type {suffix!r} (use .md, .txt, .csv or .xlsx)")
+            raise BadDataError("unsupported_file", p, None, None,
+                               f"unsupported source type {suffix!r} (use .md, .txt, .csv or .xlsx)")
     return out
 
 

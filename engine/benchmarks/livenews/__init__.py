@@ -24,7 +24,9 @@ class LiveNewsBenchmark(BenchmarkBase):
     name = "livenews"
     benchmark_schema = LivenewsBenchmarkConfig
     agent_schema = LivenewsAgentConfig
-    evaluation_fields = ("judge_probes",)
+    # judge_probes changes only the judging; on_bad_rows picks which rows load (like limit), a
+    # question that loads runs the same either way
+    evaluation_fields = ("judge_probes", "on_bad_rows")
     judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
     curve = ("max_searches", "accuracy")

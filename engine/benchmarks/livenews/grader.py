@@ -28,6 +28,7 @@ _GRADE = re.compile(
     rf"(?:(?P<letter>[ABC])(?![^\W_]){_WRAP})?"                             # the letter ...
     rf"(?P<name>NOT[\s_-]*ATTEMPTED|INCORRECT|CORRECT)?(?![^\W_]){_WRAP}$",  # ... and/or the name
     re.IGNORECASE)
+_NAMES = {"CORRECT": "CORRECT", "INCORRECT": "INCORRECT", "NOTATTEMPTED": "NOT ATTEMPTED"}
 _MAX_GRADE_CHARS = 64      # "**Final grade:** C: NOT ATTEMPTED" is 33; longer is prose (and bounds the regex)
 
 
@@ -47,9 +48,11 @@ def parse_grade(output: str) -> Optional[str]:
     m = _GRADE.match(text) if len(text) <= _MAX_GRADE_CHARS else None
     if m is None or not (m.group("letter") or m.group("name")):
         return None
-    by_letter = GRADES[m.group("letter").upper()] if m.group("letter") else None
-    by_name = re.sub(r"[\s_-]+", " ", m.group("name").upper()).replace("NOTATTEMPTED", "NOT ATTEMPTED") \
-        if m.group("name") else None
+    by_letter = GRADES.get(m.group("letter").upper()) if m.group("letter") else None
+    # IGNORECASE lets "İ" match "I", but "İ".upper() stays "İ": a name that does not map back is no grade
+    by_name = _NAMES.get(re.sub(r"[\s_-]+", "", m.group("name").upper())) if m.group("name") else None
+    if (m.group("letter") and by_letter is None) or (m.group("name") and by_name is None):
+        return None
     if by_letter and by_name and by_letter != by_name:
         return None
     return by_letter or by_name

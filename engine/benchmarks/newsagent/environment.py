@@ -84,7 +84,7 @@ def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
         raise ParseError(f"invalid search date {where}: give all of year, month and day, or none")
     try:
         return dt.date(int(parts[0]), int(parts[1]), int(parts[2]))
-    except ValueError:
+    except (ValueError, OverflowError):      # OverflowError: a year past a C int (dt.date raises it)
         raise ParseError(f"invalid search date {where}") from None
 
 

@@ -101,8 +101,10 @@ _SIDES = {"first": "first", "second": "second", "tie": "tie", "firstarticle": "f
 def _side(v: Any) -> str | None:
     if isinstance(v, dict):
         v = v.get("winner", v.get("Winner"))
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        v = str(int(v))
+    if isinstance(v, float):        # 1.0 is 1; 1.5, NaN and infinity are no side
+        v = int(v) if v.is_integer() else None
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
     if not isinstance(v, str):
         return None
     return _SIDES.get(re.sub(r"[^a-z0-9]", "", v.lower()))
@@ -117,7 +119,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
             obj, _ = json.JSONDecoder().raw_decode(t[start:])
             if isinstance(obj, dict):
                 return obj
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):   # JSONDecodeError, an over-long integer, deep nesting
             pass
         start = t.find("{", start + 1)
     return None

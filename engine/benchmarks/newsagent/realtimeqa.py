@@ -10,8 +10,10 @@ Input: a folder of weekly file pairs (gzipped JSON Lines; ``.jsonl`` without ``.
 Required fields: ``question_id`` and ``question_date`` (qa), ``question_id`` and ``search_result`` (gcs),
 ``url`` in every search result. ``search_time`` (gcs; "YYYY/MM/DD/HH:MM" or "YYYY/MM/DD") is optional. ``title``, ``text`` and ``publish_date`` of a result may be missing or
 null (the real dumps have a few such results); such an article is unusable and only counted. A
-present but malformed value, a bad JSON line or a duplicate question id raises
-:class:`~engine.errors.DataError` naming the file, the 1-based line and the field.
+present but malformed value, a bad JSON line, bad UTF-8, a truncated gzip, an unsafe or duplicate
+question id or a text over ``MAX_ARTICLE_CHARS`` raises :class:`~engine.errors.BadDataError` naming
+the file, the 1-based line and the field; with ``on_bad_rows="skip"`` (``--on-bad-rows skip``) the
+row is left out instead and listed in ``OUT/quarantine.parquet`` (``docs/design/data.md``).
 
 Construction (this is the specification of the converter):
 
@@ -100,8 +102,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
-from engine.errors import DataError
-from engine.jsonl import field_date, field_str, read_jsonl
+from engine.errors import BadDataError, DataError
+from engine.jsonl import field_date, field_id, field_str, read_jsonl
+from engine.quarantine import ON_BAD_ROWS, Quarantine, check_mode, reject, write_quarantine_file
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,7 @@ MIN_CONTENT_TOKENS = 5
 MIN_FIRSTHAND = 3
 REFERENCE_ARTICLE_SENTENCES = 60
 QUOTE_MIN_FRACTION = 0.6
+MAX_ARTICLE_CHARS = 5_000_000      # characters of one search result's text or title
 
 SKIP_REASONS = ("no_search_results", "no_target_article", "no_reference_evidence", "too_few_firsthand")
 
@@ -299,16 +303,11 @@ def _parse_date(path: Path, row: int, fld: str, raw: Any) -> dt.date:
 
 
 def _req_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "") -> str:
-    return field_str(path, row, obj, key, name=where + key)
+    return field_str(path, row, obj, key, name=where + key, max_chars=MAX_ARTICLE_CHARS)
 
 
 def _opt_str(path: Path, row: int, obj: dict[str, Any], key: str, where: str = "") -> str:
-    value = obj.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DataError(path, row, where + key, f"expected a string, got {value!r:.60}")
-    return value
+    return field_str(path, row, obj, key, required=False, strip=False, name=where + key, max_chars=MAX_ARTICLE_CHARS)
 
 
 _SEARCH_TIME = re.compile(r"^(\d{4})[/-](\d{2})[/-](\d{2})(?:[/ T](\d{2}):(\d{2})(?::\d{2}(?:\.\d+)?)?)?$")
@@ -319,13 +318,13 @@ def _parse_search_time(path: Path, row: int, raw: Any) -> dt.datetime | None:
     if raw is None or raw == "":
         return None
     m = _SEARCH_TIME.match(raw.strip()) if isinstance(raw, str) else None
+    if m is None:
+        raise BadDataError("bad_date", path, row, "search_time", f"expected YYYY/MM/DD/HH:MM, got {raw!r:.60}")
     try:
-        if m is None:
-            raise ValueError
         y, mo, d, h, mi = (int(g) if g else 0 for g in m.groups())
         return dt.datetime(y, mo, d, h, mi)
-    except ValueError:
-        raise DataError(path, row, "search_time", f"expected YYYY/MM/DD/HH:MM, got {raw!r:.60}") from None
+    except ValueError as e:
+        raise BadDataError("impossible_date", path, row, "search_time", f"no such time {raw!r:.60} ({e})") from None
 
 
 def _crawled_by(crawled: dt.datetime | None, cutoff: dt.datetime | None) -> bool:
@@ -371,13 +370,13 @@ class _Question:
 
 def _week_files(src: Path, weeks: Iterable[Any] | None) -> list[tuple[str, Path, Path]]:
     if not src.is_dir():
-        raise DataError(src, None, None, "source folder not found")
+        raise BadDataError("missing_file", src, None, None, "source folder not found")
 
     def pick(week: str, kind: str) -> Path:
         for name in (f"{week}_{kind}.jsonl.gz", f"{week}_{kind}.jsonl"):
             if (src / name).exists():
                 return src / name
-        raise DataError(src / f"{week}_{kind}.jsonl.gz", None, None, "file not found")
+        raise BadDataError("missing_file", src / f"{week}_{kind}.jsonl.gz", None, None, "file not found")
 
     if weeks is None:
         names = sorted({m.group(1) for p in src.iterdir() if (m := _WEEK_FILE.match(p.name))})
@@ -392,47 +391,67 @@ def _week_files(src: Path, weeks: Iterable[Any] | None) -> list[tuple[str, Path,
     return [(w, pick(w, "qa"), pick(w, "gcs")) for w in names]
 
 
-def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any]
+def _no_duplicate(seen: dict[str, tuple[Path, int]], qid: str, path: Path, row: int) -> None:
+    if qid in seen:
+        first = seen[qid]
+        raise BadDataError("duplicate_id", path, row, "question_id",
+                           f"duplicate id {qid!r} (first at {first[0]}, row {first[1]})")
+
+
+def _gcs_row(path: Path, row: int, obj: dict[str, Any]) -> tuple[str, dt.datetime | None, list[_Article]]:
+    """(question id, search time, one article per search result) of a gcs row, all checked
+    before any of it is used (a bad result rejects its whole row)."""
+    qid = field_id(path, row, obj, "question_id")
+    items = obj.get("search_result")
+    if items is None:
+        raise BadDataError("missing_field", path, row, "search_result", "missing")
+    if not isinstance(items, list):
+        raise BadDataError("wrong_type", path, row, "search_result", f"expected a list, got {type(items).__name__}")
+    crawled = _parse_search_time(path, row, obj.get("search_time"))
+    found = []
+    for k, item in enumerate(items):
+        where = f"search_result[{k}]."
+        if not isinstance(item, dict):
+            raise BadDataError("wrong_type", path, row, f"search_result[{k}]", "expected an object")
+        url = _req_str(path, row, item, "url", where)
+        raw_date = item.get("publish_date")
+        date = None if raw_date in (None, "") else _parse_date(path, row, where + "publish_date", raw_date)
+        found.append(_Article(url, _WS.sub(" ", _opt_str(path, row, item, "title", where)).strip(), date,
+                              _opt_str(path, row, item, "text", where), crawled=crawled))
+    return qid, crawled, found
+
+
+def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any], bad: Quarantine | None = None
           ) -> tuple[list[_Question], dict[str, _Article]]:
     questions: dict[str, _Question] = {}
     where_q: dict[str, tuple[Path, int]] = {}
     for _, qa_path, _ in files:
-        for row, obj in read_jsonl(qa_path):
-            qid = _req_str(qa_path, row, obj, "question_id")
-            if qid in questions:
-                first = where_q[qid]
-                raise DataError(qa_path, row, "question_id", f"duplicate id {qid!r} (first at {first[0]}, row {first[1]})")
+        for row, obj in read_jsonl(qa_path, bad):
+            try:
+                qid = field_id(qa_path, row, obj, "question_id")
+                _no_duplicate(where_q, qid, qa_path, row)
+                date = _parse_date(qa_path, row, "question_date", obj.get("question_date"))
+            except DataError as e:
+                reject(bad, e, obj)
+                continue
             where_q[qid] = (qa_path, row)
-            if obj.get("question_date") is None:
-                raise DataError(qa_path, row, "question_date", "missing")
-            questions[qid] = _Question(qid, _parse_date(qa_path, row, "question_date", obj["question_date"]))
+            questions[qid] = _Question(qid, date)
 
     articles: dict[str, _Article] = {}
     seen_gcs: dict[str, tuple[Path, int]] = {}
     results = 0
     for _, _, gcs_path in files:
-        for row, obj in read_jsonl(gcs_path):
-            qid = _req_str(gcs_path, row, obj, "question_id")
-            if qid in seen_gcs:
-                first = seen_gcs[qid]
-                raise DataError(gcs_path, row, "question_id", f"duplicate id {qid!r} (first at {first[0]}, row {first[1]})")
+        for row, obj in read_jsonl(gcs_path, bad):
+            try:
+                qid, crawled, found = _gcs_row(gcs_path, row, obj)
+                _no_duplicate(seen_gcs, qid, gcs_path, row)
+            except DataError as e:
+                reject(bad, e, obj)
+                continue
             seen_gcs[qid] = (gcs_path, row)
-            if "search_result" not in obj or obj["search_result"] is None:
-                raise DataError(gcs_path, row, "search_result", "missing")
-            items = obj["search_result"]
-            if not isinstance(items, list):
-                raise DataError(gcs_path, row, "search_result", f"expected a list, got {type(items).__name__}")
-            crawled = _parse_search_time(gcs_path, row, obj.get("search_time"))
             urls: list[str] = []
-            for k, item in enumerate(items):
-                where = f"search_result[{k}]."
-                if not isinstance(item, dict):
-                    raise DataError(gcs_path, row, f"search_result[{k}]", "expected an object")
-                url = _req_str(gcs_path, row, item, "url", where)
-                raw_date = item.get("publish_date")
-                date = None if raw_date in (None, "") else _parse_date(gcs_path, row, where + "publish_date", raw_date)
-                art = _Article(url, _WS.sub(" ", _opt_str(gcs_path, row, item, "title", where)).strip(), date,
-                               _opt_str(gcs_path, row, item, "text", where), crawled=crawled)
+            for art in found:
+                url = art.url
                 results += 1
                 old = articles.get(url)
                 if old is not None:
@@ -532,8 +551,12 @@ def _first_sentences(paragraphs: list[list[str]], limit: int) -> str:
 
 
 def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, threshold: float = 0.6,
-            weeks: Iterable[Any] | None = None, boilerplate_min_articles: int = 5) -> dict[str, Any]:
-    """Convert the RealTime QA weeks in ``src_dir`` into a newsagent dataset folder ``out_dir``."""
+            weeks: Iterable[Any] | None = None, boilerplate_min_articles: int = 5,
+            on_bad_rows: str = "error") -> dict[str, Any]:
+    """Convert the RealTime QA weeks in ``src_dir`` into a newsagent dataset folder ``out_dir``.
+    ``on_bad_rows``: "error" raises on the first bad row; "skip" leaves bad rows out, writes them
+    to ``out_dir/quarantine.parquet`` and counts them (``bad_rows_skipped``)."""
+    check_mode(on_bad_rows)
     if max_sentences < 1:
         raise ValueError("max_sentences must be >= 1")
     if not 0.0 < threshold <= 1.0:
@@ -542,7 +565,8 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
     src = Path(src_dir)
     stats: dict[str, Any] = Counter()
     files = _week_files(src, weeks)
-    questions, articles = _load(files, stats)
+    bad = Quarantine() if on_bad_rows == "skip" else None
+    questions, articles = _load(files, stats, bad)
 
     # Step 2: lines repeated across many articles are boilerplate.
     line_freq: Counter[str] = Counter()
@@ -622,6 +646,7 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
     out_objects = [HistoricalObject(o.object_id, o.date, o.text, o.kind, o.source)
                    for o in objects if o.date < horizon]
     write_dataset(out_dir, tasks, out_objects)
+    write_quarantine_file(Path(out_dir) / "quarantine.parquet", bad.rows if bad else [])
 
     n_tasks = len(tasks)
     result: dict[str, Any] = {
@@ -646,6 +671,7 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
         "reference_evidence_mean": (round(sum(len(t.reference_evidence) for t in tasks) / n_tasks, 2)
                                     if n_tasks else 0.0),
         "shared_targets": sum(c - 1 for c in target_uses.values() if c > 1),
+        "bad_rows_skipped": len(bad) if bad else 0,
         "seconds": round(time.monotonic() - t0, 2),
     }
     log.info("realtimeqa: %s -> %s: %s", src, out_dir, json.dumps(result, sort_keys=True))
@@ -660,11 +686,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-sentences", type=int, default=40, help="sentences kept per article (default 40)")
     p.add_argument("--threshold", type=float, default=0.6, help="token containment for a match (default 0.6)")
     p.add_argument("--weeks", default=None, help="comma-separated YYYYMMDD weeks (default: all)")
+    p.add_argument("--on-bad-rows", choices=ON_BAD_ROWS, default="error",
+                   help="error: stop at the first bad row (default); skip: leave bad rows out and list them "
+                        "in OUT/quarantine.parquet")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[realtimeqa %(asctime)s] %(message)s", datefmt="%H:%M:%S")
     weeks = [w.strip() for w in args.weeks.split(",") if w.strip()] if args.weeks else None
     try:
-        stats = convert(args.src, args.out, args.max_sentences, args.threshold, weeks)
+        stats = convert(args.src, args.out, args.max_sentences, args.threshold, weeks, on_bad_rows=args.on_bad_rows)
     except (DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -37,13 +37,13 @@ def copy(tmp_path):
 @pytest.mark.parametrize("edit,where", [
     (lambda d: (d / "crashes-2023" / "task.json").write_text("{"), r"crashes-2023/task.json, row 1: invalid JSON"),
     (lambda d: (d / "crashes-2023" / "task.json").write_text(json.dumps({"task_id": "crashes-2023"})),
-     r"task.json, field 'instruction': missing"),
+     r"task.json, row 1, field 'instruction': missing"),
     (lambda d: (d / "crashes-2023" / "task.json").write_text(json.dumps({"task_id": "x", "instruction": "i"})),
      r"field 'task_id': 'x' differs from the folder name"),
     (lambda d: (d / "crashes-2023" / "reference.md").unlink(), r"crashes-2023/reference.md: file not found"),
     (lambda d: shutil.rmtree(d / "crashes-2023" / "sources"), r"crashes-2023/sources: a task needs a sources/ folder"),
     (lambda d: (d / "unemployment-brief" / "checklist.json").write_text('["The response should x."]'),
-     r"checklist.json, field '\[1\]': expected a description line"),
+     r"checklist.json, row 1, field 'criterion': expected a description line"),
     (lambda d: shutil.rmtree(d / "crashes-2022"), r"field 'template_from': no task 'crashes-2022'"),
 ])
 def test_bad_task_folders(copy, edit, where):

@@ -1,0 +1,147 @@
+"""Endpoint errors (issue 12, part 2) against a fault-injecting OpenAI-compatible server on
+loopback (tests/fault_server.py): 429 with Retry-After, 500, 503, connection resets, timeouts,
+truncated bodies, bodies that are not JSON, answers without choices.
+
+* each kind alone is retried and the call then succeeds; Retry-After is waited for; backoff is
+  jittered and grows;
+* a call that keeps failing stops after ``max_retries`` + 1 attempts with the error text, never an
+  endless retry; an episode's calls together stop at ``max_retries_per_episode``;
+* through the driver, a seeded mix of every kind over the model's and the judge's endpoint: every
+  episode is stored once, ok or failed with its error, every judgement asked is stored ok or
+  failed; a resumed run re-runs the failed episodes only with ``run.retry_failed=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from engine.llm import ChatClient, Endpoint, GenerationError, Router, SamplingParams
+from tests.fault_server import KINDS, FaultServer
+
+USER = [{"role": "user", "content": "hi"}]
+FAST = SamplingParams(timeout_s=1.0, max_retries=2, backoff_s=0.05, backoff_max_s=0.2, retry_after_max_s=5.0)
+
+
+def hello(messages, req):
+    return "hello there"
+
+
+async def _chat(srv: FaultServer, sampling: SamplingParams = FAST, **kw):
+    c = ChatClient(Endpoint(srv.base_url, "m"), sampling)
+    try:
+        return await c.chat(USER, 8, **kw), c.retries
+    finally:
+        await c.close()
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"])
+def test_each_fault_is_retried_then_the_call_succeeds(kind):
+    with FaultServer(hello, script=[kind, "ok"], retry_after_s=0.3, timeout_s=3.0) as srv:
+        c, retries = asyncio.run(_chat(srv))
+    assert c.text == "hello there" and retries == 1 and srv.kinds == [kind, "ok"]
+    if kind == "429":                                   # Retry-After (0.3 s) was waited for
+        assert srv.times[1] - srv.times[0] >= 0.3
+
+
+@pytest.mark.parametrize("kind", ["429", "503", "reset", "badjson", "empty"])
+def test_a_call_that_keeps_failing_stops_after_its_retries(kind):
+    with FaultServer(hello, mix={kind: 1.0}, retry_after_s=0.05) as srv:
+        with pytest.raises(GenerationError, match=r"after 3 attempts"):
+            asyncio.run(_chat(srv))
+        assert len(srv.requests) == 3                     # max_retries=2: three attempts, no more
+
+
+def test_backoff_grows_and_is_jittered():
+    sp = SamplingParams(backoff_s=1.0, backoff_max_s=4.0, retry_after_max_s=2.0)
+    c = ChatClient(Endpoint("http://127.0.0.1:9/v1", "m"), sp)
+    d = [[c._delay(a, None) for _ in range(50)] for a in (1, 2, 3, 4)]
+    assert all(0.5 <= x <= 1.0 for x in d[0]) and all(1.0 <= x <= 2.0 for x in d[1])
+    assert all(2.0 <= x <= 4.0 for x in d[2]) and all(2.0 <= x <= 4.0 for x in d[3])       # capped
+    assert len(set(d[0])) > 40                                                             # jittered
+    assert 2.0 <= c._delay(1, 30.0) <= 2.2 and 0.5 <= c._delay(1, 0.5) <= 0.55             # Retry-After, capped
+
+
+def test_a_rejected_request_is_not_retried():
+    from engine.llm import RequestRejected
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(lambda m, r: (400, "prompt too long")) as srv:
+        c = ChatClient(Endpoint(srv.base_url, "m"), FAST)
+        with pytest.raises(RequestRejected):
+            asyncio.run(c.chat(USER, 8))
+        assert len(srv.requests) == 1
+
+
+def test_an_episode_stops_when_its_retry_budget_is_spent():
+    """Many calls, each failing once then succeeding: the episode's budget (3) ends it at the
+    fourth retry, although every single call was within its own cap."""
+    with FaultServer(hello, script=["503", "ok"] * 10) as srv:
+        async def go():
+            router = Router([Endpoint(srv.base_url, "m")], FAST, max_retries_per_episode=3)
+            ep = router.client_for("e1")
+            done = 0
+            try:
+                for _ in range(10):
+                    await ep.chat(USER, 8)
+                    done += 1
+            except GenerationError as e:
+                return done, str(e)
+            finally:
+                await router.close()
+            return done, ""
+        done, err = asyncio.run(go())
+    assert done == 3 and "the episode's 3 retries are spent" in err and "503" in err
+
+
+# -- through the driver -----------------------------------------------------------------------
+def _cfg(url: str, tmp_path, *extra: str):
+    from ray_jobs.configs import compose
+
+    return compose(["benchmark=livenews", "agent=livenews", "benchmark.limit=6", "model=openai_compatible",
+                    f"model.base_url={url}", "model.name=fake", "model.api_key_env=", "model.request_timeout_s=2",
+                    "model.max_retries=2", "model.retry_backoff_s=0.05", "model.retry_backoff_max_s=0.2",
+                    "judge.request_timeout_s=2", f"run.dir={tmp_path}", "run.progress=false",
+                    "cluster.num_cpus=4", *extra])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_asked(tmp_path):
+    from engine.benchmarks.livenews import BENCHMARK
+    from engine.storage import EpisodeStore
+    from ray_jobs.run import run
+    from ray_jobs.session import Session
+    from tests.e2e.test_sweep_session import responder
+
+    mix = {"ok": 0.55, "429": 0.07, "500": 0.07, "503": 0.07, "reset": 0.06, "timeout": 0.04, "truncated": 0.05,
+           "badjson": 0.05, "empty": 0.04}
+    # every kind once (in arrival order), then the seeded mix
+    with FaultServer(responder, seed=7, mix=mix, script=[k for k in KINDS if k != "ok"], retry_after_s=0.2,
+                     timeout_s=3.0) as srv:
+        session = Session()
+        try:
+            info = run(_cfg(srv.base_url, tmp_path, "model.max_retries_per_episode=1"), session)
+            injected = {k: v for k, v in srv.faults.items() if k != "ok"}
+            store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+            eps = store.episodes().to_pylist()
+            assert len(eps) == 6 and len({e["episode_id"] for e in eps}) == 6           # each stored once
+            failed = [e for e in eps if e["status"] != "ok"]
+            assert failed and all(e["status"] == "error" and "GenerationError" in e["error"] for e in failed)
+            assert set(injected) == set(mix) - {"ok"}, injected                        # every kind was met
+            judged = store.judgement_rows()
+            assert judged and all(r["ok"] or r["error"] for r in judged)               # failures recorded
+            assert info["episodes_planned"] == 6
+
+            n = len(srv.requests)
+            again = run(_cfg(srv.base_url, tmp_path, "model.max_retries_per_episode=1"), session)
+            assert again.get("episodes_planned", 0) == 0 and again["episodes_skipped"] == 6   # failures kept
+            srv.mix = {"ok": 1.0}
+            retried = run(_cfg(srv.base_url, tmp_path, "run.retry_failed=true"), session)
+            assert retried["episodes_planned"] == len(failed) and len(srv.requests) > n
+        finally:
+            session.close()
+    eps = EpisodeStore(tmp_path, BENCHMARK.episode_fields).episodes().to_pylist()
+    assert len(eps) == 6 and all(e["status"] == "ok" for e in eps)
