@@ -2,10 +2,10 @@
 
 A fuzz example is one Hypothesis-drawn seed that plain Python (``random.Random``) turns into a
 text, so an example costs little more than Hypothesis's own bookkeeping and 10,000 of them per
-parser fit in CI. Hypothesis picks the family of each example (valid, near-valid, token soup,
-raw unicode from its own ``text()`` strategy) and the seed; a failing example is reported as the
-text it produced. Builders return ``(text, expected)``: the value a valid text must parse to, or
-:data:`ANY` when only the parser's contract (its return type or its format-error signal) holds.
+parser fit in CI. Builders take the ``random.Random`` and return ``(text, expected)``: the value
+a valid text must parse to, or :data:`ANY` when only the parser's contract (its return type or
+its format-error signal) holds. :func:`seeded` and :data:`RAW_TEXT` make Hypothesis strategies
+of them (the episode tests draw a list of turns).
 """
 
 from __future__ import annotations

@@ -139,9 +139,13 @@ def doc_action(r: random.Random) -> tuple[str, Any]:
 
 def weird_search(r: random.Random) -> tuple[str, Any]:
     """A search whose fields hold JSON the parser must turn into a format error or a value."""
-    fields = {"query": r.choice((jstring(r), jvalue(r), '"\\ud800 pool"', '{"text": "pool"}')),
-              "year": r.choice(('"2024"', '"99999999999"', big_int(r), "1e400", "null", jvalue(r))),
-              "month": r.choice(('"2"', '"13"', "NaN", jvalue(r))), "day": r.choice(('"1"', "0", deep(r)))}
+    fields = {"query": r.choice((jstring(r), jvalue(r), '"\\ud800 pool"', '{"text": "pool"}'))}
+    x = r.randrange(3)
+    if x == 1:
+        fields.update(year='"2024"', month='"2"', day="1")
+    elif x == 2:
+        fields.update(year=r.choice(('"2024"', '"99999999999"', big_int(r), "1e400", "null", jvalue(r))),
+                      month=r.choice(('"2"', '"13"', "NaN", jvalue(r))), day=r.choice(('"1"', "0", deep(r))))
     return "{" + '"Action": "search", ' + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}", None
 
 
@@ -248,6 +252,9 @@ class _AnalystCfg:
     benchmark = AnalystBenchmarkConfig(task_ids=["crashes-2023"])
 
 
+ANALYST_TASK = ANALYST.load_tasks(_AnalystCfg)[0]
+
+
 PATHS = ('"."', '"sources"', '"sources/crashes_2023.csv"', '"sources/vision_zero_update.md"', '"../../etc/passwd"',
          '"/etc/passwd"', '"\\u0000"', '"nope.txt"', '"figures"', '"report.md"', "123", "null", '["sources"]')
 PATTERNS = ('"crash"', '"Northside"', '"("', '"["', '"a{4294967296}"', json.dumps("(" * 1200 + ")" * 1200),
@@ -286,7 +293,7 @@ def analyst_workdir():
 @given(script=st.lists(ANALYST_TURN, max_size=12), guided=st.booleans())
 def test_analyst_agentic_episode_survives_garbage(analyst_workdir, script: list[str], guided: bool) -> None:
     note(f"outputs: {script!r}")
-    task = ANALYST.load_tasks(_AnalystCfg)[0]
+    task = ANALYST_TASK
     agent = AnalystAgentConfig(mode="agentic", setting="T+S", max_steps=6, report_attempts=2, guided_json=guided)
     ctx = EpisodeContext(episode_id="e", seed=0, agent=agent, llm=ScriptedModel(script, tail='{"tool": "oops"}'),
                          index=None, workdir=analyst_workdir)
@@ -295,7 +302,8 @@ def test_analyst_agentic_episode_survives_garbage(analyst_workdir, script: list[
     assert out.finish_reason in ("finish", "no_report", "step_cap", "token_cap")
     actions = [s for s in ctx.steps if s.turn == "action"]
     assert x["parse_failures"] == sum(not s.parsed_action for s in actions)
-    assert all(s.result.startswith("error: your answer must be one JSON object") for s in actions if not s.parsed_action)
+    failed = [s for s in actions if not s.parsed_action]
+    assert all(s.result.startswith("error: your answer must be one JSON object") for s in failed)
     assert len(actions) <= agent.max_steps * agent.report_attempts
     assert (out.output != "") == (x["no_report_reason"] == "")
     assert_storable(ANALYST, ctx, out)
