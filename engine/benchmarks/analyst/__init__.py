@@ -9,6 +9,7 @@ never estimated. See ``../../../docs/design/analyst.md``."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from pathlib import Path
@@ -140,7 +141,7 @@ class AnalystBenchmark(BenchmarkBase):
         of the pipeline or agent loop (a clean sandbox) with its own seed, its turns recorded in
         the episode's steps after an ``attempt`` marker step. Counters add up over attempts."""
         a = ctx.agent
-        count = token_counter(ctx.model_path or None)
+        count = await asyncio.to_thread(token_counter, ctx.model_path or None)
         budget = generation.Budget(a.context_tokens, count)
         if a.mode == "agentic" and ctx.workdir is None:
             raise RuntimeError("agentic analyst episodes need a working directory (ctx.workdir)")

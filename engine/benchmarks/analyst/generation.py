@@ -25,6 +25,7 @@ temperature; null falls back to ``model.temperature``) with the attempt's seed (
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 from dataclasses import dataclass
@@ -210,19 +211,28 @@ def _fit(messages: list[dict[str, str]], budget: Budget, max_new: int) -> None:
             m["content"] = "[elided: an earlier tool output]"
 
 
+def _fresh_folder(task: AnalystTask, workdir: Path, limits: Limits) -> Sandbox:
+    """The episode's folder, made anew (a retried episode starts clean): the task's sources and an
+    empty ``figures/``, nothing else: no reference, checklist or ToC file (the setting's ToC or
+    template reaches the model in its prompt)."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    box = Sandbox(workdir, limits)
+    shutil.copytree(task.sources_dir, workdir / "sources")
+    (workdir / "figures").mkdir()
+    return box
+
+
 async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
                   workdir: Path, seed: int | None = None) -> tuple[str, dict[str, Any]]:
     a = ctx.agent
     seed = ctx.seed if seed is None else seed
-    if workdir.exists():
-        shutil.rmtree(workdir)       # a retried episode starts clean
-    box = Sandbox(workdir, Limits(timeout_s=a.code_timeout_s, memory_mb=a.code_memory_mb))
-    shutil.copytree(task.sources_dir, workdir / "sources")
-    (workdir / "figures").mkdir()
+    box = await asyncio.to_thread(_fresh_folder, task, workdir,
+                                  Limits(timeout_s=a.code_timeout_s, memory_mb=a.code_memory_mb))
     prompt = AGENT_PROMPT.format(instruction=task.instruction, extras=extras(task, a.setting), max_steps=a.max_steps)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
     info: dict[str, Any] = {"steps": 0, "code_runs": 0, "code_failures": 0, "parse_failures": 0,
-                            "finish_reason": "step_cap"}
+                            "finish_reason": "step_cap", "isolation": box.isolation}
     used = 0
     while info["steps"] < a.max_steps:
         if used >= a.max_episode_tokens:
@@ -252,7 +262,9 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
                            parsed_action=parsed, result="finish", ok=True, **usage)
                 info["finish_reason"] = "finish"
                 break
-            obs, ok = _observation(box, action, a.observation_chars)
+            # file tools and snippets block (a snippet for up to code_timeout_s): a thread, so the
+            # worker's other episodes keep going
+            obs, ok = await asyncio.to_thread(_observation, box, action, a.observation_chars)
             if action.get("tool") == "python":
                 info["code_runs"] += 1
                 info["code_failures"] += not ok

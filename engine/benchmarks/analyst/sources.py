@@ -14,6 +14,7 @@ least one byte), so a chunk that fits by bytes fits the model.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -53,7 +54,10 @@ class HFTokenCounter:
         return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
 
+@functools.lru_cache(maxsize=4)
 def token_counter(model_path: str | None) -> TokenCounter:
+    """One counter per model folder and process: the tokenizer is loaded once, not per episode
+    (async callers load it through ``asyncio.to_thread``: loading blocks for seconds)."""
     if model_path and Path(model_path).is_dir():
         return HFTokenCounter(model_path)
     return ByteCounter()

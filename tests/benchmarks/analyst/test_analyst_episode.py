@@ -188,3 +188,31 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
                        "data": row["data"], "metric": x.metric, "value": x.value, "n": x.n} for x in m.values()])
     assert "| fake | Vanilla (map-reduce) | T+S+ToC |" in t["table3"] and "n/a (no vision judge)" in t["table3"]
     assert re.search(r"\| 80\.0 \(n=1\) \|", t["table3"])
+
+
+def test_a_running_snippet_does_not_stall_the_workers_other_episodes(tmp_path):
+    """Snippets run in a thread: while one episode's code sleeps 4 s, another episode of the same
+    worker takes all its turns (before, the subprocess blocked the worker's event loop)."""
+    import time
+
+    arrivals: dict[str, list[float]] = {"2022": [], "2023": []}
+    t0 = time.monotonic()
+
+    def responder(messages, req):
+        which = "2022" if "2022" in messages[1]["content"] else "2023"
+        arrivals[which].append(time.monotonic() - t0)
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if which == "2022":
+            script = [{"tool": "python", "code": "import time\ntime.sleep(4)\nprint('slept')"},
+                      {"tool": "write_report", "content": REPORT}, {"tool": "finish"}]
+        else:
+            script = [{"tool": "list_files"}] * 4 + [{"tool": "write_report", "content": REPORT}, {"tool": "finish"}]
+        return json.dumps(script[turn])
+
+    res, _ = run(["crashes-2022", "crashes-2023"], AnalystAgentConfig(mode="agentic", code_timeout_s=20),
+                 responder, tmp_path)
+    assert all(r["episode"]["status"] == "ok" for r in res), [r["episode"]["error"] for r in res]
+    slow_code_done = arrivals["2022"][1]          # the turn after the sleeping snippet
+    assert slow_code_done >= 4
+    assert len(arrivals["2023"]) == 6 and arrivals["2023"][-1] < slow_code_done, arrivals
+    assert json.loads(res[0]["episode"]["generation_info"])["isolation"] in ("namespace", "audit")

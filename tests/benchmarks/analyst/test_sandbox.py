@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, network_namespace_available
+from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, isolation_mode, namespace_isolation_available
 
 
 @pytest.fixture
@@ -63,9 +63,15 @@ def test_no_network(box):
     assert not res.ok
 
 
-def test_network_namespace_detection_is_stable():
-    assert network_namespace_available() in (True, False)
-    assert network_namespace_available() == network_namespace_available()
+def test_isolation_follows_what_the_machine_supports(monkeypatch):
+    monkeypatch.delenv("DATELINE_SANDBOX", raising=False)
+    assert isolation_mode() == ("namespace" if namespace_isolation_available() else "audit")
+    assert isolation_mode("audit") == "audit"
+    if namespace_isolation_available():
+        assert isolation_mode("namespace") == "namespace"
+    else:
+        with pytest.raises(RuntimeError, match="namespaces do not work"):
+            isolation_mode("namespace")
 
 
 def test_runaway_time_and_processes_are_stopped(box):
