@@ -50,6 +50,11 @@ class ModelConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     # Extra environment for the server process (e.g. the VLLM_CPU_* knobs).
     env: dict[str, str] = field(default_factory=dict)
+    # Reproducible engine: the same requests give the same outputs whatever else the engine is
+    # running (arrival order, batch mates), at a throughput cost. GPUs: vLLM's batch-invariant
+    # kernels (VLLM_BATCH_INVARIANT=1); CPU (no batch-invariant kernels there): one sequence at a
+    # time. Prefix caching off on both. See docs/design/hosting.md, "Reproducible mode".
+    reproducible: bool = False
     # Requests in flight per replica, summed over all episode workers.
     max_inflight_per_replica: int = 8
     # Seconds to wait for a replica's /health.
@@ -364,6 +369,8 @@ def validate_model(m: ModelConfig, where: str) -> None:
         if m.api_key_env:
             _check(m.api_key_env in os.environ, f"{where}.api_key_env",
                    f"environment variable {m.api_key_env!r} is not set")
+    _check(not (m.reproducible and m.kind != "vllm"), f"{where}.reproducible",
+           "needs a hosted model (kind: vllm): dateline cannot set an external endpoint's engine")
     _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
     _check(m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
            "health_check_s must be > 0 and unhealthy_checks >= 1")

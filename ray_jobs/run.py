@@ -413,6 +413,17 @@ def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
     stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight))
 
 
+def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
+    """One queue from the points' episodes, taken in turn (a1 b1 c1 a2 b2 ...): every point moves
+    at the same pace, so no point's episodes all wait at the end of the queue. Point after point,
+    the last point (in a budget sweep the costliest: Hydra lists 1,3,5,7) would start only when the
+    others were done and run its whole length as the sweep's tail, on an engine left half empty."""
+    out: list[EpisodeSpec] = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
 def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream) -> None:
     """One queue per model, feeding one set of worker actors that run every point of that model:
     points overlap (the next point's episodes fill the slots of the last one's tail). Rows are
@@ -430,7 +441,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
         workers[g] = start_workers(None, None, c.num_workers, c.episodes_per_worker, c.worker_num_cpus,
                                    points=handles, resources=c.worker_resources or None,
                                    prefix=f"worker-{g[:6]}")
-        queues[g] = deque(replace(s, point=p.key) for p in pts for s in p.plan.todo)
+        queues[g] = deque(interleave([[replace(s, point=p.key) for s in p.plan.todo] for p in pts]))
         by_key.update({p.key: p for p in pts})
     pending: dict[Any, tuple[str, int, EpisodeSpec]] = {}
     attempts: dict[str, int] = defaultdict(int)

@@ -61,8 +61,9 @@ class Session:
         runtime_env = dict(cfg.cluster.runtime_env)
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
-        if "DATELINE_CACHE" in os.environ:
-            env_vars["DATELINE_CACHE"] = os.environ["DATELINE_CACHE"]
+        for k in ("DATELINE_CACHE", "DATELINE_SANDBOX"):     # where models live; how snippets are isolated
+            if k in os.environ:
+                env_vars[k] = os.environ[k]
         address = cfg.cluster.address
         # Inside a submitted job (`ray job submit`, a KubeRay RayJob) the job supervisor passes the
         # job's runtime_env here; ray.init merges ours into it and raises ValueError ("Failed to merge

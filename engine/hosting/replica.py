@@ -22,7 +22,7 @@ import ray
 
 from engine.config import ModelConfig
 from engine.errors import PlacementError
-from engine.hosting.vllm_server import VLLMServer
+from engine.hosting.vllm_server import VLLMServer, engine_settings
 from engine.llm import Endpoint
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,10 @@ class ModelReplica:
         # loopback: only this node's clients (a one-node cluster); node: this node's IP, where the
         # other nodes' workers reach it; never every interface
         self.host = "127.0.0.1" if bind == "loopback" else ray.util.get_node_ip_address()
+        engine_args, env = engine_settings(self.cfg)
         self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
-                                 engine_args=self.cfg.engine_args, env=self.cfg.env,
+                                 engine_args=engine_args, env=env,
                                  log_path=Path(log_dir) / replica_log_name(self.cfg.name, index),
                                  module=self.cfg.server_module, host=self.host, api_key=api_key)
         self.started_at = time.time()

@@ -54,6 +54,38 @@ def server_command(model_path: str, served_name: str, port: int, host: str = "0.
     return cmd
 
 
+def reproducible_settings(engine_args: dict[str, Any], env: dict[str, str],
+                          gpus: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    """Engine arguments and environment for ``model.reproducible``: outputs that do not depend on
+    what else the server is running. Numerics change with a request's batch mates (kernel
+    blocking and split-KV attention depend on the batch) and with prefix-cache hits (a cached
+    prefix is not recomputed the same way), and in a run the arrival order of requests, so the
+    batches, differ every time.
+
+    * GPUs: vLLM's batch-invariant kernels (``VLLM_BATCH_INVARIANT=1``; Ampere or newer, with
+      the FlashAttention or Triton attention backends), batching kept.
+    * CPU: vLLM has no batch-invariant CPU kernels, so one sequence at a time (``max_num_seqs:
+      1``): every forward pass holds only that request's tokens, whatever arrives when.
+    * Both: prefix caching off (``--no-enable-prefix-caching``), a fixed engine seed.
+    """
+    args = {k: v for k, v in engine_args.items() if k not in ("enable_prefix_caching", "no_enable_prefix_caching")}
+    args["no_enable_prefix_caching"] = True
+    args.setdefault("seed", 0)
+    env = dict(env)
+    if gpus:
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    else:
+        args["max_num_seqs"] = 1
+    return args, env
+
+
+def engine_settings(m: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The engine arguments and environment a replica of model config ``m`` runs with."""
+    if m.reproducible:
+        return reproducible_settings(m.engine_args, m.env, gpus=m.num_gpus > 0)
+    return dict(m.engine_args), dict(m.env)
+
+
 class VLLMServer:
     def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
                  engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,

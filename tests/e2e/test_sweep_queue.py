@@ -12,7 +12,7 @@ from engine.benchmarks.livenews import BENCHMARK
 from engine.config import ModelConfig
 from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
-from ray_jobs.run import Point, plan_waves, run_sweep
+from ray_jobs.run import Point, interleave, plan_waves, run_sweep
 from ray_jobs.session import Session
 from tests.e2e.test_sweep_session import responder
 from tests.fake_openai import FakeOpenAI
@@ -69,3 +69,9 @@ def test_waves_pack_models_that_fit_largest_first():
     assert len(plan_waves([a, b, c], models, {"CPU": 6.0, "GPU": 3.0})) == 1
     # a model that cannot fit alone still gets a wave (its placement then fails with a clear error)
     assert [[p.key for p in w] for w in plan_waves([b], models, {"CPU": 8.0})] == [["b"]]
+
+
+def test_the_queue_takes_the_points_in_turn():
+    a, b, c = ["a1", "a2", "a3"], ["b1"], ["c1", "c2"]
+    assert interleave([a, b, c]) == ["a1", "b1", "c1", "a2", "c2", "a3"]     # type: ignore[list-item]
+    assert interleave([]) == [] and interleave([[], a]) == a                  # type: ignore[list-item]

@@ -10,7 +10,7 @@ import pytest
 
 from engine.config import ModelConfig
 from engine.hosting.replica import ModelPool
-from engine.hosting.vllm_server import VLLMServer, server_command
+from engine.hosting.vllm_server import VLLMServer, engine_settings, server_command
 from ray_jobs.configs import compose
 
 
@@ -53,3 +53,39 @@ def test_external_endpoint_skips_hosting():
     pool = ModelPool(ModelConfig(name="x", kind="openai_compatible", base_url="https://h/v1/", api_key_env="K"), "/tmp")
     (ep,) = pool.start()
     assert ep.base_url == "https://h/v1" and ep.api_key_env == "K" and pool.replicas == []
+
+
+def test_reproducible_mode_on_cpu_runs_one_sequence_without_prefix_cache():
+    cfg = compose(["model.reproducible=true"]).model
+    args, env = engine_settings(cfg)                 # what a replica of this config runs with
+    cmd = server_command(cfg.path, cfg.served_name, 1, engine_args=args)
+    assert cmd[cmd.index("--max-num-seqs") + 1] == "1"
+    assert "--no-enable-prefix-caching" in cmd and "--enable-prefix-caching" not in cmd
+    assert cmd[cmd.index("--seed") + 1] == "0"
+    assert "VLLM_BATCH_INVARIANT" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == cfg.env["VLLM_CPU_KVCACHE_SPACE"]
+    assert "--enforce-eager" in cmd            # everything else of the model's config stays
+
+
+def test_reproducible_mode_on_gpus_keeps_batching_with_batch_invariant_kernels():
+    cfg = compose(["model=gpu_8b", "model.reproducible=true"]).model
+    assert cfg.num_gpus > 0
+    args, env = engine_settings(cfg)
+    cmd = server_command(cfg.path, cfg.served_name, 1, engine_args=args)
+    assert env["VLLM_BATCH_INVARIANT"] == "1"
+    assert "--no-enable-prefix-caching" in cmd
+    assert cmd.count("--max-num-seqs") == (1 if "max_num_seqs" in cfg.engine_args else 0)
+    if "max_num_seqs" in cfg.engine_args:
+        assert cmd[cmd.index("--max-num-seqs") + 1] == str(cfg.engine_args["max_num_seqs"])
+
+
+def test_reproducible_mode_needs_a_hosted_model():
+    from engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.reproducible: needs a hosted model"):
+        compose(["model=openai_compatible", "model.base_url=http://127.0.0.1:1/v1", "model.api_key_env=",
+                 "model.reproducible=true"])
+
+
+def test_without_reproducible_mode_the_engine_runs_as_configured():
+    cfg = compose().model
+    assert engine_settings(cfg) == (cfg.engine_args, cfg.env)
