@@ -331,6 +331,13 @@ def stable_hash(*parts: Any, n: int = 16) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
 
+def engine_batch(m: ModelConfig) -> int:
+    """Requests a replica computes at once, so what its clients keep in flight: one in
+    reproducible mode on CPU (``max_num_seqs: 1``; more would only wait in the server's queue,
+    their timeouts running), else ``model.max_inflight_per_replica``."""
+    return 1 if m.reproducible and m.kind == "vllm" and m.num_gpus == 0 else m.max_inflight_per_replica
+
+
 def _check(cond: bool, where: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{where}: {msg}")

@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.budget import Caps
-from engine.config import Config, ModelConfig, stable_hash, to_plain, validate
+from engine.config import Config, ModelConfig, engine_batch, stable_hash, to_plain, validate
 from engine.errors import StoreWriteError
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, judge_identity, judged_views, self_judged_note
@@ -386,7 +386,7 @@ def _prepare_generation(p: Point, session: Session) -> None:
         sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries,
                                 m.retry_backoff_s, m.retry_backoff_max_s),
         max_retries_per_episode=m.max_retries_per_episode,
-        inflight_per_replica=max(1, m.max_inflight_per_replica // c.num_workers),
+        inflight_per_replica=max(1, engine_batch(m) // c.num_workers),
         top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=p.uses_model,
         data_json=data_identity(cfg), artifacts_dir=str(p.store.root / "artifacts"),
         model_path=m.path if m.kind == "vllm" else "",
@@ -409,7 +409,7 @@ def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
     elif Caps.of(cfg.run.budget).any:
         gate = judge_budget_gate(cfg, p.store, p.plan.config_hash)
     # in flight per endpoint: a hosted judge's engine batch, an external one's judge.max_inflight
-    batch = hosted.max_inflight_per_replica if cfg.judge.kind == "hosted" and hosted.kind == "vllm" else None
+    batch = engine_batch(hosted) if cfg.judge.kind == "hosted" and hosted.kind == "vllm" else None
     stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight))
 
 
@@ -417,7 +417,9 @@ def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
     """One queue from the points' episodes, taken in turn (a1 b1 c1 a2 b2 ...): every point moves
     at the same pace, so no point's episodes all wait at the end of the queue. Point after point,
     the last point (in a budget sweep the costliest: Hydra lists 1,3,5,7) would start only when the
-    others were done and run its whole length as the sweep's tail, on an engine left half empty."""
+    others were done and run its whole length as the sweep's tail; and under a GPU-hour or dollar
+    cap, whose ledger is charged the pool's uptime while its point runs (docs/design/budget.md),
+    it would pay for its wait at the end of the queue before its first episode started."""
     out: list[EpisodeSpec] = []
     for i in range(max((len(x) for x in lists), default=0)):
         out += [x[i] for x in lists if i < len(x)]

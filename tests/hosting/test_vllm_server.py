@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.config import ModelConfig
+from engine.config import ModelConfig, engine_batch
 from engine.hosting.replica import ModelPool
 from engine.hosting.vllm_server import VLLMServer, engine_settings, server_command
 from ray_jobs.configs import compose
@@ -64,6 +64,7 @@ def test_reproducible_mode_on_cpu_runs_one_sequence_without_prefix_cache():
     assert cmd[cmd.index("--seed") + 1] == "0"
     assert "VLLM_BATCH_INVARIANT" not in env and env["VLLM_CPU_KVCACHE_SPACE"] == cfg.env["VLLM_CPU_KVCACHE_SPACE"]
     assert "--enforce-eager" in cmd            # everything else of the model's config stays
+    assert engine_batch(cfg) == 1 and engine_batch(compose().model) == cfg.max_inflight_per_replica
 
 
 def test_reproducible_mode_on_gpus_keeps_batching_with_batch_invariant_kernels():
@@ -72,6 +73,7 @@ def test_reproducible_mode_on_gpus_keeps_batching_with_batch_invariant_kernels()
     args, env = engine_settings(cfg)
     cmd = server_command(cfg.path, cfg.served_name, 1, engine_args=args)
     assert env["VLLM_BATCH_INVARIANT"] == "1"
+    assert engine_batch(cfg) == cfg.max_inflight_per_replica        # GPUs keep batching
     assert "--no-enable-prefix-caching" in cmd
     assert cmd.count("--max-num-seqs") == (1 if "max_num_seqs" in cfg.engine_args else 0)
     if "max_num_seqs" in cfg.engine_args:

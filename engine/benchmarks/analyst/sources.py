@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,20 @@ class HFTokenCounter:
         return len(self.tok(text, add_special_tokens=False)["input_ids"])
 
 
-@functools.lru_cache(maxsize=4)
+_COUNTER_LOCK = threading.Lock()
+
+
 def token_counter(model_path: str | None) -> TokenCounter:
     """One counter per model folder and process: the tokenizer is loaded once, not per episode
-    (async callers load it through ``asyncio.to_thread``: loading blocks for seconds)."""
+    (async callers load it through ``asyncio.to_thread``: loading blocks for seconds). One thread
+    at a time: transformers imports lazily, and threads importing it at once get ImportError
+    ("cannot import name 'AutoTokenizer'") from the half-initialised module."""
+    with _COUNTER_LOCK:
+        return _token_counter(model_path)
+
+
+@functools.lru_cache(maxsize=4)
+def _token_counter(model_path: str | None) -> TokenCounter:
     if model_path and Path(model_path).is_dir():
         return HFTokenCounter(model_path)
     return ByteCounter()

@@ -3,6 +3,8 @@ counter and with the served model's real tokenizer; no text is lost."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,3 +79,25 @@ def test_source_errors_name_the_file_and_row(tmp_path):
     (tmp_path / "x.pdf").write_bytes(b"%PDF")
     with pytest.raises(DataError, match=r"x.pdf: unsupported source type '.pdf'"):
         source_texts(tmp_path)
+
+
+def test_episodes_loading_the_tokenizer_at_once_all_get_it():
+    """Episodes of a worker start together and load the tokenizer in threads; in a fresh process
+    (transformers not yet imported) concurrent first imports used to fail with ImportError."""
+    import subprocess
+    import sys
+
+    d = default_model_dir()
+    if not is_prepared(d):
+        pytest.fail(f"the offline model is not prepared at {d}: run scripts/setup.sh")
+    code = ("import asyncio, sys\nfrom engine.benchmarks.analyst.sources import token_counter\n"
+            "async def main():\n"
+            "    got = await asyncio.gather(*(asyncio.to_thread(token_counter, sys.argv[1]) for _ in range(4)),\n"
+            "                               return_exceptions=True)\n"
+            "    print([type(x).__name__ for x in got], len({id(x) for x in got}))\n"
+            "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("]")[0] == "['HFTokenCounter', 'HFTokenCounter', 'HFTokenCounter', 'HFTokenCounter'"
+    assert out.stdout.split()[-1] == "1"           # one counter, loaded once
