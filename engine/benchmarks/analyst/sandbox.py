@@ -43,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,10 +268,19 @@ def _read_only_binds() -> list[str]:
     return [p for p in paths if os.path.lexists(p)]
 
 
-@functools.lru_cache(maxsize=1)
+_PROBE_LOCK = threading.Lock()
+
+
 def namespace_isolation_available() -> bool:
     """Whether snippets can run in their own user, mount, PID and network namespaces here (tried
-    once: a launcher builds the file system and runs ``python -c pass`` in it)."""
+    once: a launcher builds the file system and runs ``python -c pass`` in it). Episodes set up
+    their folders in threads at once: one probes, the others wait for its answer."""
+    with _PROBE_LOCK:
+        return _probe_namespaces()
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_namespaces() -> bool:
     if not shutil.which("unshare"):
         return False
     import tempfile
