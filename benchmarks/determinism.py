@@ -86,7 +86,7 @@ def compare(first: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) 
 
 def agent_config(max_operations: int, max_retrieved: int = 25) -> Any:
     """Guided JSON actions, no rephrase turn (its long reply would dominate the time)."""
-    from engine.config import NewsagentAgentConfig
+    from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 
     return NewsagentAgentConfig(guided_json=True, max_operations=max_operations, rephrase=False,
                                 max_retrieved_in_observation=max_retrieved)

@@ -81,7 +81,7 @@ async def reset_prefix_cache(root: str) -> None:
 
 def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     from engine.benchmarks import get_benchmark
-    from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+    from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
     from engine.dispatch import EpisodeSpec
 
     bench = get_benchmark("newsagent")

@@ -450,7 +450,8 @@ def memory_probe(kind: str, n: int) -> dict[str, Any]:
     """Runs in a fresh process: plan ``n`` episodes as the driver does and hold its queue."""
     import ray
 
-    from engine.config import Config, NewsagentAgentConfig, NewsagentBenchmarkConfig, RunConfig
+    from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+    from engine.config import Config, RunConfig
     from ray_jobs import run as driver
 
     tmp = Path(tempfile.mkdtemp(prefix="dateline-plan-"))

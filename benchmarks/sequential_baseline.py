@@ -53,7 +53,7 @@ SPEEDUP_GOAL = 5.0
 
 def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     from engine.benchmarks import get_benchmark
-    from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+    from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
     from engine.dispatch import EpisodeSpec
 
     bench = get_benchmark("newsagent")

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
-from engine.cost import Prices, token_cost, uptime_cost
+from engine.cost import Prices, token_cost, unit_hours, uptime_cost
 
 # Chat templates add a few tokens per message (role markers) to the content's own.
 TOKENS_PER_MESSAGE = 4
@@ -133,8 +133,7 @@ class Budget:
 
     # -- state ---------------------------------------------------------------------------------
     def spent(self) -> Spend:
-        up = Spend(usd=uptime_cost(self._uptime_s, self.prices),
-                   gpu_hours=self._uptime_s / 3600.0 * self.prices.units_per_replica)
+        up = Spend(usd=uptime_cost(self._uptime_s, self.prices), gpu_hours=unit_hours(self._uptime_s, self.prices))
         return self.initial + self._settled + up
 
     def reserved(self) -> Spend:
@@ -229,7 +228,7 @@ class Budget:
             if cap is None:
                 continue
             if s + a > cap:
-                fmt = (lambda v: f"{v:.4f}") if name == "max_usd" else (lambda v: f"{int(v)}")
+                fmt: Callable[[float], str] = (lambda v: f"{v:.4f}") if name == "max_usd" else (lambda v: f"{int(v)}")
                 return "refuse", (name, f"run.budget.{name}={cap:g} reached: {fmt(s)} {unit} spent, the next "
                                         f"call may take {fmt(a)} more")
             wait = wait or s + h + a > cap

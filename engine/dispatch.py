@@ -199,7 +199,9 @@ def start_workers(setup: WorkerSetup | None, index_handle: Any, num_workers: int
     (setup, index handle, service handles)), or of the one point "" given by ``setup``."""
     import ray
 
-    points = points if points is not None else {"": (setup, index_handle, service_handles)}
+    if points is None:
+        assert setup is not None, "start_workers needs a setup or points"
+        points = {"": (setup, index_handle, service_handles)}
     # the constructor arguments, held by the driver for as long as it runs: a restarted actor is
     # built from them again (Ray warns that arguments gone out of scope make a restart fail)
     args = ray.put(points)

@@ -26,6 +26,11 @@ class PlacementError(RuntimeError):
     the groups are removed, so nothing stays pending."""
 
 
+class WorkerStartError(RuntimeError):
+    """An episode worker's constructor failed. Every restart gets the same arguments, so it would
+    fail again: the run stops with the cause instead of waiting for a worker that never comes."""
+
+
 class StoreWriteError(RuntimeError):
     """A run could not write finished episodes to its run dir (a full disk, a lost mount): names
     the run dir, how many episodes and the OS error. What was stored before stays readable, and

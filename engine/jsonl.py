@@ -15,9 +15,9 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
-from engine.errors import BadDataError
+from engine.errors import BadDataError, DataError
 from engine.quarantine import Quarantine, reject
 
 # A line longer than this is not parsed (one would be read whole into memory to parse it).
@@ -170,3 +170,55 @@ def field_list(path: Path, row: int | None, obj: dict[str, Any], key: str, *, re
             raise BadDataError("too_large", path, row, key,
                                f"item {i}: {len(v):,} characters, over the limit of {max_chars:,}")
     return tuple(value)
+
+
+class UniqueIds:
+    """The first row of every id a loader has kept, over one file or several: ``check`` raises a
+    ``duplicate_id`` DataError naming the row, the field and where the id first stood; ``add``
+    records a row once it is kept (a rejected row claims no id)."""
+
+    def __init__(self, what: str = "id") -> None:
+        self.what = what                                  # how the message names the id
+        self._first: dict[str, tuple[Path, int]] = {}
+
+    def check(self, key: str, path: Path, row: int, field: str) -> None:
+        first = self._first.get(key)
+        if first is not None:
+            at = f"row {first[1]}" if first[0] == path else f"{first[0]}, row {first[1]}"
+            raise BadDataError("duplicate_id", path, row, field, f"duplicate {self.what} {key!r} (first at {at})")
+
+    def add(self, key: str, path: Path, row: int) -> None:
+        self._first.setdefault(key, (path, row))
+
+
+T = TypeVar("T")
+
+
+def read_unique(path: Path, bad: Quarantine | None, parse: Callable[[Path, int, dict[str, Any]], T],
+                key: Callable[[T], str], field: str, seen: UniqueIds | None = None) -> Iterator[T]:
+    """The rows of a JSON Lines file parsed by ``parse(path, row, obj)``, each id (``key``) once:
+    a bad row, or a row whose id an earlier row holds (``seen`` may span several files), raises
+    a DataError or, with ``bad``, is recorded there and skipped."""
+    seen = UniqueIds() if seen is None else seen
+    for row, obj in read_jsonl(path, bad):
+        try:
+            item = parse(path, row, obj)
+            seen.check(key(item), path, row, field)
+        except DataError as e:
+            reject(bad, e, obj)
+            continue
+        seen.add(key(item), path, row)
+        yield item
+
+
+def read_parsed(path: Path, bad: Quarantine | None,
+                parse: Callable[[Path, int, dict[str, Any]], T]) -> Iterator[tuple[int, T]]:
+    """``(row, parse(path, row, obj))`` for the rows of a JSON Lines file; a bad row raises a
+    DataError or, with ``bad``, is recorded there and skipped."""
+    for row, obj in read_jsonl(path, bad):
+        try:
+            item = parse(path, row, obj)
+        except DataError as e:
+            reject(bad, e, obj)
+            continue
+        yield row, item

@@ -15,9 +15,12 @@ import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from engine.budget import current_gate
+from engine.budget import BudgetGate, current_gate
+
+if TYPE_CHECKING:
+    from engine.config import JudgeConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,19 @@ class SamplingParams:
     backoff_s: float = 0.5                # first retry after ~backoff_s, doubling, jittered
     backoff_max_s: float = 8.0
     retry_after_max_s: float = 60.0       # a longer Retry-After is waited for this long only
+
+    # The defaults above are ModelConfig's (tests/engine/test_config_defaults.py checks it); a run
+    # builds its parameters from its config with these two, never from copied fields.
+    @classmethod
+    def for_model(cls, m: ModelConfig) -> SamplingParams:
+        return cls(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries, m.retry_backoff_s,
+                   m.retry_backoff_max_s)
+
+    @classmethod
+    def for_judge(cls, j: JudgeConfig) -> SamplingParams:
+        """A judge call: the judge's temperature and timeout; one retry at the transport level (a
+        malformed verdict is asked again ``judge.max_attempts`` times by the judge stage)."""
+        return cls(j.temperature, 1.0, None, j.request_timeout_s, 1)
 
 
 class RetryBudget:
@@ -139,8 +155,8 @@ class ChatClient:
     records a run's requests with it to replay them)."""
 
     def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8,
-                 gate: Any = None, on_call: Callable[[dict[str, Any], "Completion", float, float], None] | None = None
-                 ) -> None:
+                 gate: BudgetGate | None = None,
+                 on_call: Callable[[dict[str, Any], "Completion", float, float], None] | None = None) -> None:
         from openai import AsyncOpenAI
 
         key = endpoint.api_key or (os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else "")
@@ -220,7 +236,7 @@ class ChatClient:
             if self.on_call is not None:
                 self.on_call(kwargs, c, t0, t0 + latency)
         finally:
-            if ticket is not None:      # a failed call spent nothing the run records
+            if gate is not None and ticket is not None:      # a failed call spent nothing the run records
                 await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
         self.usage.add(c)
         return c
@@ -231,7 +247,7 @@ class ChatClient:
         sp = self.sampling
         if asked is not None:
             return min(asked, sp.retry_after_max_s) * random.uniform(1.0, 1.1)
-        return min(sp.backoff_max_s, sp.backoff_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        return min(sp.backoff_max_s, sp.backoff_s * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
     async def close(self) -> None:
         await self._client.close()
@@ -351,13 +367,16 @@ class EpisodeClient:
     def endpoint(self) -> Endpoint:
         return self.router.endpoints[self.router.pick(self.episode_id)]
 
-    async def chat(self, *args: Any, **kwargs: Any) -> Completion:
+    async def chat(self, messages: list[dict[str, str]], max_tokens: int,
+                   json_schema: dict[str, Any] | None = None, seed: int | None = None,
+                   regex: str | None = None, temperature: float | None = None) -> Completion:
         r = self.router
         deadline = time.monotonic() + r.reroute_wait_s
         while True:
             i = r.pick(self.episode_id)
             try:
-                return await r.client(i).chat(*args, retry_budget=self.retries, **kwargs)
+                return await r.client(i).chat(messages, max_tokens, json_schema, seed, regex, temperature,
+                                              retry_budget=self.retries)
             except RequestRejected:
                 raise
             except GenerationError as e:

@@ -3,6 +3,9 @@
 A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an object with:
 
 * ``name``, ``benchmark_schema`` and ``agent_schema`` (dataclasses behind its Hydra groups),
+* ``evaluation_fields``: benchmark config fields that change only how finished episodes are
+  judged or which rows load, never an episode's result; they are left out of episode ids, so
+  changing them re-runs no episode (a resumed run re-judges instead),
 * ``validate(cfg)``: checks beyond types, before any actor starts,
 * ``load_tasks(cfg)``: the tasks (each has ``task_id``),
 * ``corpus(cfg)``: the dated documents the shared index holds (may be empty),
@@ -24,7 +27,10 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   resamples by task for confidence intervals,
 * ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
 
-The runtime (dispatch, storage, drivers) knows nothing else about a benchmark.
+The runtime (dispatch, storage, drivers) knows nothing else about a benchmark. :class:`Benchmark`
+states this contract as a type; ``get_benchmark`` checks a folder's ``BENCHMARK`` against it and
+returns it as that type, and each folder annotates ``BENCHMARK: Benchmark[...]`` so the type
+checker holds it to the contract.
 """
 
 from __future__ import annotations
@@ -32,12 +38,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from indexes.corpus import Document
+
+if TYPE_CHECKING:
+    from engine.config import Config
+    from engine.llm import Completion
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,27 @@ class IndexClient(Protocol):
     def search(self, queries: Sequence[str], before: Sequence[dt.date], k: int,
                threshold: float | None) -> Awaitable[list[list[DocHit]]]: ...
 
-    def embed(self, texts: Sequence[str]) -> Awaitable[np.ndarray]: ...
+    def embed(self, texts: Sequence[str]) -> Awaitable[npt.NDArray[np.float32]]: ...
+
+
+class ChatModel(Protocol):
+    """What an episode calls as ``ctx.llm``: :class:`engine.llm.EpisodeClient` in a run, a scripted
+    model in tests. ``json_schema`` / ``regex`` constrain decoding; ``temperature`` overrides the
+    client's own for one call."""
+
+    async def chat(self, messages: list[dict[str, str]], max_tokens: int,
+                   json_schema: dict[str, Any] | None = None, seed: int | None = None,
+                   regex: str | None = None, temperature: float | None = None) -> Completion: ...
+
+
+class Task(Protocol):
+    """A benchmark's task, as the runtime sees it: an id; the rest is the benchmark's."""
+
+    @property
+    def task_id(self) -> str: ...
+
+
+TaskT = TypeVar("TaskT", bound=Task)
 
 
 @dataclass
@@ -75,16 +107,25 @@ class StepRecord:
 class EpisodeContext:
     episode_id: str
     seed: int
-    agent: Any                       # the benchmark's agent config dataclass
-    llm: Any                         # engine.llm.ChatClient, or None for model-free baselines
+    agent: Any                       # the benchmark's agent config dataclass (its agent_schema)
+    llm: ChatModel | None            # None for model-free baselines (uses_model() is False)
     index: IndexClient | None
     top_k: int = 5
     threshold: float | None = 0.7
     steps: list[StepRecord] = field(default_factory=list)
-    on_step: Any = None                   # callback(StepRecord), for live progress
-    services: dict[str, Any] = field(default_factory=dict)   # name -> async proxy of a ServiceSpec actor
-    workdir: Any = None                   # pathlib.Path: this episode's folder under RUN_DIR/artifacts/
+    on_step: Callable[[StepRecord], None] | None = None   # live progress
+    # name -> proxy of a ServiceSpec actor (a Ray actor handle, or the object itself in tests)
+    services: dict[str, Any] = field(default_factory=dict)
+    workdir: Path | None = None           # this episode's folder under RUN_DIR/artifacts/
     model_path: str = ""                  # the served model's local folder ("" for external endpoints)
+
+    @property
+    def model(self) -> ChatModel:
+        """``llm`` for a benchmark whose agent uses a model (a model-free baseline has none)."""
+        if self.llm is None:
+            raise RuntimeError(f"episode {self.episode_id}: the agent calls a model, but this run has none "
+                               "(the benchmark's uses_model() said the agent needs no model)")
+        return self.llm
 
     def record(self, **kw: Any) -> StepRecord:
         rec = StepRecord(step=len(self.steps), **kw)
@@ -145,29 +186,58 @@ class PairwiseSpec:
     prompt_version: str = ""                                      # part of the judge identity
 
 
-class Benchmark(Protocol):
-    name: str
-    benchmark_schema: type
-    agent_schema: type
-    episode_fields: list[pa.Field]
+Row = dict[str, Any]          # an episodes row (Parquet -> Python): typed columns, per benchmark
+Judged = dict[str, dict[str, "str | None"]]   # episode id -> judge key -> verdict (None: failed)
 
-    def validate(self, cfg: Any) -> None: ...
-    def load_tasks(self, cfg: Any) -> list[Any]: ...
-    def corpus(self, cfg: Any) -> list[Document]: ...
-    async def run_episode(self, task: Any, ctx: EpisodeContext) -> EpisodeOutcome: ...
+
+@runtime_checkable
+class Benchmark(Protocol[TaskT]):
+    """The contract of a benchmark folder's ``BENCHMARK`` (see the module docstring).
+
+    ``cfg`` is the composed :class:`engine.config.Config`; its ``benchmark`` and ``agent`` are
+    instances of this benchmark's ``benchmark_schema`` and ``agent_schema`` (checked by
+    ``engine.config.validate`` before any of these methods runs)."""
+    # Read-only members (plain class attributes in an implementation).
+    @property
+    def name(self) -> str: ...
+    @property
+    def benchmark_schema(self) -> type: ...
+    @property
+    def agent_schema(self) -> type: ...
+    @property
+    def episode_fields(self) -> list[pa.Field[Any]]: ...
+    @property
+    def evaluation_fields(self) -> tuple[str, ...]: ...
+    @property
+    def judge_prompt_version(self) -> str: ...
+    @property
+    def pairwise(self) -> PairwiseSpec | None: ...
+    @property
+    def primary_metrics(self) -> tuple[str, ...]: ...
+    @property
+    def curve(self) -> tuple[str, str] | None: ...
+    @property
+    def per_task_metric(self) -> str | None: ...
+
+    def validate(self, cfg: Config) -> None: ...
+    def load_tasks(self, cfg: Config) -> Sequence[TaskT]: ...
+    def corpus(self, cfg: Config) -> list[Document]: ...
+    async def run_episode(self, task: TaskT, ctx: EpisodeContext) -> EpisodeOutcome: ...
     def uses_model(self, agent_cfg: Any) -> bool: ...
-    def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]: ...
-    def services(self, cfg: Any) -> list[ServiceSpec]: ...
-    def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]: ...
+    def metrics(self, rows: list[Row]) -> list[MetricRow]: ...
+    def services(self, cfg: Config) -> list[ServiceSpec]: ...
+    def judge_requests(self, row: Row, judged: Judged) -> list[JudgeRequest]: ...
     def parse_judgement(self, key: str, text: str) -> str | None: ...
-    def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]: ...
-    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]: ...
+    def tables(self, metric_rows: list[Row]) -> dict[str, str]: ...
+    def episode_values(self, rows: list[Row]) -> list[dict[str, float]]: ...
 
 
 class BenchmarkBase:
     """Defaults for the optional parts of the protocol."""
+    # Benchmark config fields that never change an episode's result (see the module docstring).
+    evaluation_fields: tuple[str, ...] = ()
     pairwise: PairwiseSpec | None = None
-    # What the report draws (ray_jobs/report.py): metrics compared between configurations with
+    # What the report draws (ray_jobs/report/): metrics compared between configurations with
     # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
     # metric shown task by task.
     # Version of the judge prompts (engine.judges.prompt_version over their text): part of the
@@ -180,22 +250,22 @@ class BenchmarkBase:
     def uses_model(self, agent_cfg: Any) -> bool:
         return True
 
-    def corpus(self, cfg: Any) -> list[Document]:
+    def corpus(self, cfg: Config) -> list[Document]:
         return []
 
-    def services(self, cfg: Any) -> list[ServiceSpec]:
+    def services(self, cfg: Config) -> list[ServiceSpec]:
         return []
 
-    def judge_requests(self, row: dict[str, Any], judged: dict[str, dict[str, str | None]]) -> list[JudgeRequest]:
+    def judge_requests(self, row: Row, judged: Judged) -> list[JudgeRequest]:
         return []
 
     def parse_judgement(self, key: str, text: str) -> str | None:
         raise NotImplementedError(f"{type(self).__name__} asked for judgements but cannot parse them")
 
-    def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
+    def tables(self, metric_rows: list[Row]) -> dict[str, str]:
         return {}
 
-    def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+    def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
         """For each row (same order), ``{metric: value}`` for the metrics that are means of
         per-episode values; the metric equals the mean over the rows that have the key. Rows
         that are not counted (e.g. failed runs) give ``{}``. The report bootstraps these."""

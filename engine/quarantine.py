@@ -30,12 +30,15 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import DataError
+
+if TYPE_CHECKING:
+    from engine.storage import _ShardedDir
 
 log = logging.getLogger("dateline.quarantine")
 
@@ -74,14 +77,15 @@ KINDS: dict[str, str] = {
     "malformed_value": "a string not in its required format (a checklist criterion's scoring lines)",
 }
 
-SCHEMA = pa.schema([
+_FIELDS: list[pa.Field[Any]] = [
     pa.field("file", pa.string()),
     pa.field("row", pa.int64()),          # 1-based line or record; null for a whole-file problem
     pa.field("field", pa.string()),
     pa.field("kind", pa.string()),        # one of KINDS ("other" for a DataError without a kind)
     pa.field("reason", pa.string()),
     pa.field("raw", pa.string()),         # the start of the raw row (RAW_CHARS characters)
-])
+]
+SCHEMA = pa.schema(_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def _part_name(rows: Sequence[BadRow]) -> str:
     return f"part-{digest[:16]}.parquet"
 
 
-def write_quarantine(store: Any, rows: Sequence[BadRow]) -> Path | str | None:
+def write_quarantine(store: _ShardedDir, rows: Sequence[BadRow]) -> Path | str | None:
     """Write ``rows`` as ``quarantine/part-<id>.parquet`` of ``store`` (an ``EpisodeStore`` or
     any store with the atomic shard writer) and log the count; nothing when there are none."""
     if not rows:
@@ -196,7 +200,7 @@ def write_quarantine(store: Any, rows: Sequence[BadRow]) -> Path | str | None:
     return path
 
 
-def read_quarantine(store: Any) -> pa.Table:
+def read_quarantine(store: _ShardedDir) -> pa.Table:
     """Every quarantined row of a store (all parts)."""
     return store._read("quarantine", SCHEMA)
 

@@ -20,7 +20,8 @@ def _factory(spec: ServiceSpec) -> Callable[..., Any]:
     if isinstance(f, str):  # "module:attr", so specs stay small and importable anywhere
         mod, _, attr = f.partition(":")
         f = getattr(importlib.import_module(mod), attr)
-    return f
+    factory: Callable[..., Any] = f
+    return factory
 
 
 class LocalService:

@@ -17,6 +17,7 @@ from typing import Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 import numpy as np
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 DEFAULT_BOOT = 1000
 
 
@@ -250,8 +251,8 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 # -- agreement with humans ------------------------------------------------------------------------
-def agreement(judge: Mapping[Hashable, str], human: Mapping[Hashable, str | None],
-              task_of: Callable[[Hashable], str] | None = None, n_boot: int = DEFAULT_BOOT,
+def agreement(judge: Mapping[K, str], human: Mapping[K, str | None],
+              task_of: Callable[[K], str] | None = None, n_boot: int = DEFAULT_BOOT,
               seed: int = 0) -> Estimate:
     """Share of comparisons where the judge picked the human's winner (appendix C.3): human ties
     (None) are excluded, and so are comparisons the judge did not decide. Keys are comparison

@@ -33,7 +33,7 @@ import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence, TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from engine.protocol import MetricRow, StepRecord
 
-EPISODE_FIELDS = [
+EPISODE_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("config_hash", pa.string()),
@@ -68,7 +68,7 @@ EPISODE_FIELDS = [
     pa.field("replica", pa.int32()),
 ]
 
-STEP_SCHEMA = pa.schema([
+_STEP_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("step", pa.int32()),
@@ -81,18 +81,20 @@ STEP_SCHEMA = pa.schema([
     pa.field("tokens_in", pa.int32()),
     pa.field("tokens_out", pa.int32()),
     pa.field("latency_s", pa.float64()),
-])
+]
+STEP_SCHEMA = pa.schema(_STEP_FIELDS)
 
-METRIC_SCHEMA = pa.schema([
+_METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("benchmark", pa.string()), pa.field("model", pa.string()), pa.field("config_hash", pa.string()),
     pa.field("agent", pa.string()), pa.field("data", pa.string()),
     pa.field("judge", pa.string()),          # judge identity behind the judged metrics ("" when nothing was judged)
     pa.field("judge_model", pa.string()),
     pa.field("self_judged", pa.bool_()),     # the model under test judged its own outputs
     pa.field("metric", pa.string()), pa.field("value", pa.float64()), pa.field("n", pa.int64()),
-])
+]
+METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)
 
-JUDGEMENT_SCHEMA = pa.schema([
+_JUDGEMENT_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("judge", pa.string()),          # judge identity id (hashes model, endpoint, sampling, prompt version)
@@ -108,10 +110,11 @@ JUDGEMENT_SCHEMA = pa.schema([
     pa.field("tokens_in", pa.int64()),
     pa.field("tokens_out", pa.int64()),
     pa.field("latency_s", pa.float64()),
-])
+]
+JUDGEMENT_SCHEMA = pa.schema(_JUDGEMENT_FIELDS)
 
 
-COMPARISON_SCHEMA = pa.schema([
+_COMPARISON_FIELDS: list[pa.Field[Any]] = [
     pa.field("comparison_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
     pa.field("benchmark", pa.string()),
@@ -124,7 +127,8 @@ COMPARISON_SCHEMA = pa.schema([
     pa.field("seed", pa.int64()),
     pa.field("first_sha", pa.string()),      # hashes of the two texts judged
     pa.field("second_sha", pa.string()),
-])
+]
+COMPARISON_SCHEMA = pa.schema(_COMPARISON_FIELDS)
 
 
 def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -135,7 +139,7 @@ def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return t.select(schema.names).cast(schema)
 
 
-def episode_schema(extra: Iterable[pa.Field]) -> pa.Schema:
+def episode_schema(extra: Iterable[pa.Field[Any]]) -> pa.Schema:
     return pa.schema(EPISODE_FIELDS + list(extra))
 
 
@@ -209,37 +213,46 @@ def _eq(name: str, value: str | Iterable[str] | None) -> pc.Expression | None:
     return pc.field(name).isin(pa.array(list(value), pa.string()))
 
 
-def _ok_rank(col: pa.ChunkedArray | pa.Array, ok_value: Any = True) -> pa.ChunkedArray:
+# pyarrow-stubs quirks the code below works around: kernels are typed as returning an Array even
+# for ChunkedArray input (they return a ChunkedArray), comparisons take only Arrow scalars (a Python
+# value is wrapped with ``pa.scalar`` by pyarrow itself), and ``pc.fill_null`` is typed as
+# ``coalesce`` (same-typed arguments), so nulls are filled with the ``.fill_null`` method.
+_Column: TypeAlias = "pa.Array[Any] | pa.ChunkedArray[Any]"      # the stubs' generics, not subscriptable at run time
+_Order: TypeAlias = Literal["ascending", "descending"]
+
+
+def _ok_rank(col: _Column, ok_value: Any = True) -> _Column:
     """1 where ``col == ok_value`` (``"ok"`` for a status, True for a flag), else 0 (nulls too)."""
-    return pc.cast(pc.fill_null(pc.equal(col, ok_value), False), pa.int8())
+    return pc.cast(pc.equal(col, pa.scalar(ok_value)).fill_null(False), pa.int8())
 
 
-def _starts(sorted_keys: pa.Table) -> pa.ChunkedArray:
+def _starts(sorted_keys: pa.Table) -> pa.ChunkedArray[Any]:
     """For rows sorted by their key columns: True where a row's key differs from the previous
     row's (a null equals a null), i.e. where a group starts."""
     n = sorted_keys.num_rows
     if n == 0:
         return pa.chunked_array([], pa.bool_())
-    diff = pa.chunked_array([pa.array(np.zeros(n - 1, dtype=bool))])
+    diff: pa.ChunkedArray[Any] = pa.chunked_array([pa.array(np.zeros(n - 1, dtype=bool))])
     for col in sorted_keys.columns:
         cur, prev = col.slice(1), col.slice(0, n - 1)
         cn, pn = pc.is_null(cur), pc.is_null(prev)
-        d = pc.if_else(pc.or_(cn, pn), pc.xor(cn, pn), pc.fill_null(pc.not_equal(cur, prev), False))
-        diff = pc.or_(diff, d)
+        d = pc.if_else(pc.or_(cn, pn), pc.xor(cn, pn), pc.not_equal(cur, prev).fill_null(False))
+        diff = cast("pa.ChunkedArray[Any]", pc.or_(diff, d))     # ChunkedArray in, ChunkedArray out
     return pa.chunked_array([pa.array([True]), *diff.chunks], pa.bool_())
 
 
-def _sorted_unique(idx: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _sorted_unique(idx: _Column | np.ndarray[Any, Any]) -> pa.Array[Any]:
     return pa.array(np.unique(np.asarray(idx, dtype=np.int64)), pa.int64())
 
 
-def _pick(t: pa.Table, keys: list[str], rank: Sequence[tuple[str, str]] = (), first_seen: bool = False) -> pa.Array:
+def _pick(t: pa.Table, keys: list[str], rank: Sequence[tuple[str, _Order]] = (),
+          first_seen: bool = False) -> pa.Array[Any]:
     """Row indices of ``t``: per distinct ``keys`` (nulls are one value) the first row by ``rank``
     (ties: the earliest row, the sort is stable). Ascending, or with ``first_seen`` in the order
     in which the groups first appear (the iteration order of a dict filled row by row)."""
     if t.num_rows == 0:
         return pa.array([], pa.int64())
-    by_key = [(k, "ascending") for k in keys]
+    by_key: list[tuple[str, _Order]] = [(k, "ascending") for k in keys]
     idx = pc.sort_indices(t, sort_keys=by_key + list(rank))
     starts = _starts(t.select(keys).take(idx))
     win = pc.filter(idx, starts)
@@ -249,8 +262,10 @@ def _pick(t: pa.Table, keys: list[str], rank: Sequence[tuple[str, str]] = (), fi
     return pc.take(win, pc.sort_indices(first))
 
 
-def _pair(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
-    return pc.binary_join_element_wise(a, b, "\x1f")
+def _pair(a: pa.ChunkedArray[Any], b: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any]:
+    # the stubs allow no plain-str separator (the last positional argument)
+    joined: pa.ChunkedArray[Any] = pc.binary_join_element_wise(a, b, "\x1f")  # type: ignore[call-overload]
+    return joined
 
 
 class _ShardedDir:
@@ -397,7 +412,7 @@ class _ShardedDir:
         answer the parser now rejects counts as malformed (None)."""
         cols = ["episode_id", "judge", "key", "value", "ok", "batch_id"] + (["raw_output"] if parse else [])
         t = self._judgement_table(cols)
-        t = t.append_column("__judge", pc.fill_null(t["judge"], ""))
+        t = t.append_column("__judge", t["judge"].fill_null(pa.scalar("")))
         t = t.take(_pick(t, ["__judge", "episode_id", "key"], [("__ok", "descending"), ("batch_id", "descending")],
                          True))
         out: dict[str, dict[str, dict[str, str | None]]] = {}
@@ -409,13 +424,13 @@ class _ShardedDir:
         return out
 
     @staticmethod
-    def _judge_info_rows(t: pa.Table) -> pa.Array:
+    def _judge_info_rows(t: pa.Table) -> pa.Array[Any]:
         """Per judge id (null = ""), the row :meth:`judges` describes it by: the first with an
         endpoint kind, else the last (rows written before the identity columns have none)."""
-        i = pa.array(np.arange(t.num_rows, dtype=np.int64))
-        has = _ok_rank(pc.fill_null(pc.not_equal(t["judge_kind"], ""), False))
-        k = pa.table({"jid": pc.fill_null(t["judge"], ""), "has": has,
-                      "sec": pc.if_else(pc.equal(has, 1), i, pc.negate(i))})
+        i = pa.array(np.arange(t.num_rows, dtype=np.int64), pa.int64())
+        has = _ok_rank(pc.not_equal(t["judge_kind"], pa.scalar("")).fill_null(False))
+        k = pa.Table.from_pydict({"jid": t["judge"].fill_null(pa.scalar("")), "has": has,
+                                  "sec": pc.if_else(pc.equal(has, pa.scalar(1)), i, pc.negate(i))})
         return _pick(k, ["jid"], [("has", "descending"), ("sec", "ascending")], True)
 
     def judges(self) -> dict[str, dict[str, str]]:
@@ -439,7 +454,7 @@ class _ShardedDir:
         cols = list(columns) if columns is not None else None
         return self._read("judgements", JUDGEMENT_SCHEMA, cols, _and(_eq("judge", judge), flag)).to_pylist()
 
-    def _judgements_keep(self, files: list[str]) -> pa.Array:
+    def _judgements_keep(self, files: list[str]) -> pa.Array[Any]:
         """Rows of ``files`` compaction keeps: per (judge, episode, key) the best row (ok over
         failed, then newest), and, when that row's value is None (so ``ray_jobs.judge.settled``
         looks at the newest failed row's error to decide a retry), the newest failed row too;
@@ -457,9 +472,9 @@ class _ShardedDir:
         prev_ok = pa.chunked_array([pa.array([1], pa.int8()), *ok.slice(0, s.num_rows - 1).chunks], pa.int8())
         # in a group's run, failed rows follow ok rows, newest first: the newest failed row is the
         # first failed one
-        first_failed = pc.and_(pc.equal(ok, 0), pc.or_(starts, pc.equal(prev_ok, 1)))
+        first_failed = pc.and_(pc.equal(ok, pa.scalar(0)), pc.or_(starts, pc.equal(prev_ok, pa.scalar(1))))
         run = pc.subtract(pc.cumulative_sum(pc.cast(starts, pa.int64())), 1)
-        best_none = pc.filter(pc.or_(pc.is_null(s["value"]), pc.equal(ok, 0)), starts)
+        best_none = pc.filter(pc.or_(pc.is_null(s["value"]), pc.equal(ok, pa.scalar(0))), starts)
         keep = pc.or_(starts, pc.and_(first_failed, pc.take(best_none, run)))
         return _sorted_unique(np.concatenate([np.asarray(pc.filter(idx, keep)),
                                               np.asarray(self._judge_info_rows(t))]))
@@ -470,7 +485,7 @@ class EpisodeStore(_ShardedDir):
     ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
     SUBDIRS = ("episodes", "steps", "metrics", "judgements")
 
-    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field] = (), *,
+    def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field[Any]] = (), *,
                  filesystem: pafs.FileSystem | None = None, local_dir: str | Path | None = None) -> None:
         super().__init__(run_dir, filesystem=filesystem, local_dir=local_dir)
         self.schema = episode_schema(extra_fields)
@@ -534,7 +549,8 @@ class EpisodeStore(_ShardedDir):
         cols = self._columns(STEP_SCHEMA, columns)
         ids = None if episode_ids is None else list(episode_ids)
         winners = self.episodes(["episode_id", "batch_id"], episode_ids=ids, config_hash=config_hash)
-        files = self._files("steps", batches=set(pc.unique(winners["batch_id"]).to_pylist()))
+        batches = cast("list[str]", pc.unique(winners["batch_id"]).to_pylist())      # a non-nullable column
+        files = self._files("steps", batches=set(batches))
         need = list(dict.fromkeys([*cols, "episode_id", "batch_id", "step"]))
         t = self._read("steps", STEP_SCHEMA, need, _eq("episode_id", ids), files)
         wanted = _pair(winners["episode_id"], winners["batch_id"]).combine_chunks()
@@ -554,7 +570,7 @@ class EpisodeStore(_ShardedDir):
         resumed run adds "error" unless ``run.retry_failed``). One column read."""
         t = self._read("episodes", self.schema, ["episode_id"],
                        _and(pc.field("status").isin(list(statuses)), _eq("config_hash", config_hash)))
-        return set(pc.unique(t["episode_id"]).to_pylist())
+        return set(cast("list[str]", pc.unique(t["episode_id"]).to_pylist()))     # a non-nullable column
 
     # -- maintenance -----------------------------------------------------------------------
     def compact(self) -> None:
@@ -564,12 +580,12 @@ class EpisodeStore(_ShardedDir):
         self._compact("episodes", self.schema, self._episodes_keep)
         self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
 
-    def _episodes_keep(self, files: list[str]) -> pa.Array:
+    def _episodes_keep(self, files: list[str]) -> pa.Array[Any]:
         t = self._read("episodes", self.schema, ["episode_id", "status", "batch_id"], files=files)
         t = t.append_column("__ok", _ok_rank(t["status"], "ok"))
         return _pick(t, ["episode_id"], [("__ok", "descending"), ("batch_id", "descending")])
 
-    def _steps_keep(self, files: list[str]) -> pa.Array:
+    def _steps_keep(self, files: list[str]) -> pa.Array[Any]:
         winners = self.episodes(["episode_id", "batch_id"])
         t = self._read("steps", STEP_SCHEMA, ["episode_id", "batch_id", "step"], files=files)
         mask = pc.is_in(_pair(t["episode_id"], t["batch_id"]),
@@ -577,7 +593,7 @@ class EpisodeStore(_ShardedDir):
         rows = pc.indices_nonzero(mask)
         return _sorted_unique(pc.take(rows, _pick(t.filter(mask), ["episode_id", "batch_id", "step"])))
 
-    def _compact(self, sub: str, schema: pa.Schema, keep: Callable[[list[str]], pa.Array],
+    def _compact(self, sub: str, schema: pa.Schema, keep: Callable[[list[str]], pa.Array[Any]],
                  rows_per_group: int = 65536) -> None:
         """Stream the kept rows (global indices over ``files`` in order) of each old shard into
         one new shard, a shard at a time, then delete the old ones."""

@@ -11,7 +11,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -64,7 +64,10 @@ class Embedder:
         self.device = pick_torch_device(device)
         self._model = SentenceTransformer(resolve_model_path(model_name), device=self.device)
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
+        dim = get_dim()
+        if dim is None:
+            raise TypeError(f"{model_name}: the model does not report its embedding dimension")
+        self.dim = int(dim)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -91,7 +94,9 @@ class EmbeddingCache:
         for shard in sorted(self.dir.glob("part-*.parquet")):
             table = pq.read_table(shard, schema=self.schema)
             hashes = table.column("hash").to_pylist()
-            flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            # the schema's type (the stubs say a plain Array)
+            vectors = cast("pa.FixedSizeListArray[Any, Any]", table.column("vector").combine_chunks())
+            flat = vectors.flatten().to_numpy(zero_copy_only=False)
             vecs = np.asarray(flat, dtype=np.float32).reshape(len(hashes), self.dim)
             for h, v in zip(hashes, vecs):
                 if h in wanted:

@@ -143,7 +143,7 @@ class IndexService:
     async def search(self, queries: list[str], before: list[dt.date], k: int,
                      threshold: float | None) -> list[list[DocHit]]:
         self._ensure_worker()
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[list[list[DocHit]]] = asyncio.get_running_loop().create_future()
         self.stats["search_calls"] += 1
         self.stats["queries"] += len(queries)
         assert self._queue is not None
@@ -152,7 +152,7 @@ class IndexService:
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         self._ensure_worker()
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
         self.stats["embed_calls"] += 1
         assert self._queue is not None
         await self._queue.put(("embed", list(texts), fut))
@@ -170,10 +170,12 @@ class RemoteIndex:
 
     async def search(self, queries: Sequence[str], before: Sequence[dt.date], k: int,
                      threshold: float | None) -> list[list[DocHit]]:
-        return await self.handle.search.remote(list(queries), list(before), k, threshold)
+        hits: list[list[DocHit]] = await self.handle.search.remote(list(queries), list(before), k, threshold)
+        return hits
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.handle.embed.remote(list(texts))
+        vectors: np.ndarray = await self.handle.embed.remote(list(texts))
+        return vectors
 
 
 def start_index_service(docs: Sequence[Document], model_name: str, device: str, batch_size: int,

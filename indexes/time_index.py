@@ -97,7 +97,8 @@ class TimeAwareIndex:
 
     def cut(self, before: dt.date | np.datetime64) -> int:
         """Number of rows dated strictly before ``before``."""
-        day = np.datetime64(before, "D").astype(np.int64)
+        d = before.astype("datetime64[D]") if isinstance(before, np.datetime64) else np.datetime64(before, "D")
+        day = d.astype(np.int64)
         return int(np.searchsorted(self.sorted_days, day, side="left"))
 
     def search(self, queries: np.ndarray, before: Sequence[dt.date], k: int,

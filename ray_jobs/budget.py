@@ -14,7 +14,7 @@ from typing import Any, Callable
 from engine.benchmarks import get_benchmark
 from engine.budget import Budget, BudgetGate, Caps, Spend
 from engine.config import Config, to_plain
-from engine.cost import Prices, token_cost, uptime_cost
+from engine.cost import Prices, judge_prices, token_cost, unit_hours, uptime_cost
 from engine.dispatch import BUDGET_EXHAUSTED, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.storage import EpisodeStore
 from ray_jobs.session import Session
@@ -35,7 +35,7 @@ def recorded_spend(cfg: Config, store: EpisodeStore, config_hash: str) -> Spend:
     Stored rows are not summed: compaction keeps one row per episode, so an episode's earlier
     attempts would be forgotten."""
     mp = Prices.of_model(to_plain(cfg.model))
-    jp = _judge_prices(to_plain(cfg.judge), to_plain(cfg.model))
+    jp = judge_prices(to_plain(cfg.judge), to_plain(cfg.model))
     s, finished = Spend(), set()
     for info in store.run_infos():
         if info.get("config_hash") != config_hash:
@@ -44,16 +44,14 @@ def recorded_spend(cfg: Config, store: EpisodeStore, config_hash: str) -> Spend:
         model = info.get("model") or {}
         p = up = Prices.of_model(model) if model else mp          # runs before cost accounting: today's
         j, jcfg = info.get("judge") or {}, info.get("judge_config")
-        q = _judge_prices(jcfg, model) if jcfg else jp
+        q = judge_prices(jcfg, model) if jcfg else jp
         ti, to = int(info.get("tokens_in") or 0), int(info.get("tokens_out") or 0)
         ji, jo = int(j.get("tokens_in") or 0), int(j.get("tokens_out") or 0)
-        s = s + Spend(ti + ji, to + jo, token_cost(ti, to, p) + token_cost(ji, jo, q))
-        jmodel = (jcfg or {}).get("hosted_model") or {}
+        s = s + Spend(ti + ji, to + jo, token_cost(ti, to, p) + token_cost(ji, jo, q.tokens))
         for sec, prices in ((info.get("replica_seconds_run"), up), (info.get("judge_replica_seconds_run"),
-                                                                     Prices.of_model(jmodel))):
+                                                                     q.uptime)):
             if sec:
-                s = s + Spend(usd=uptime_cost(float(sec), prices),
-                              gpu_hours=float(sec) / 3600.0 * prices.units_per_replica)
+                s = s + Spend(usd=uptime_cost(float(sec), prices), gpu_hours=unit_hours(float(sec), prices))
     for live in store.run_infos(LIVE_PREFIX):
         if live and live.get("config_hash") == config_hash and live.get("run_id") not in finished:
             s = s + Spend.of(live.get("run"))
@@ -73,11 +71,6 @@ def recorded_closure(cfg: Config, store: EpisodeStore, config_hash: str) -> tupl
         if now is not None and then is not None and now <= then:
             return name, f"{b.get('exhausted') or name} (closed by an earlier run; raise run.budget.{name} to resume)"
     return None
-
-
-def _judge_prices(judge: dict[str, Any], model: dict[str, Any]) -> Prices:
-    """Token prices of the judge's calls: an external judge's own, else its hosted model's."""
-    return Prices.of_judge(judge, judge.get("hosted_model") or model)
 
 
 def exhausted_before_start(cfg: Config, store: EpisodeStore, config_hash: str) -> str:
@@ -114,7 +107,7 @@ class RunBudget:
         try:
             if self._uptime is not None:
                 ray.get(self.actor.set_uptime.remote(self._uptime()), timeout=30)
-            summary = ray.get(self.actor.summary.remote(), timeout=30)
+            summary: dict[str, Any] = ray.get(self.actor.summary.remote(), timeout=30)
         except Exception as e:  # noqa: BLE001 - a replica restarting; the next report catches up
             log.debug("budget: no report: %s", e)
             return None
@@ -134,7 +127,8 @@ class RunBudget:
         import ray
 
         try:
-            return ray.get(self.actor.exhausted.remote(), timeout=30)
+            why: str = ray.get(self.actor.exhausted.remote(), timeout=30)
+            return why
         except Exception as e:  # noqa: BLE001 - the ledger is gone: the workers' calls fail on their own
             log.warning("budget actor unreachable: %s", e)
             return ""
@@ -188,7 +182,8 @@ def budget_exhausted_rows(setup: WorkerSetup, specs: list[EpisodeSpec], reason: 
 def judge_prices_match(cfg: Config) -> bool:
     """Whether the judge's calls cost what the model's do (a self-judge, a hosted judge at the same
     token prices): then they can reserve from the generation's own ledger."""
-    return _judge_prices(to_plain(cfg.judge), to_plain(cfg.model)) == Prices.of_model(to_plain(cfg.model))
+    return (judge_prices(to_plain(cfg.judge), to_plain(cfg.model)).tokens.tokens_only
+            == Prices.of_model(to_plain(cfg.model)).tokens_only)
 
 
 def judge_budget_gate(cfg: Config, store: EpisodeStore, config_hash: str) -> BudgetGate | None:
@@ -199,7 +194,7 @@ def judge_budget_gate(cfg: Config, store: EpisodeStore, config_hash: str) -> Bud
     caps = Caps.of(cfg.run.budget)
     if not caps.any:
         return None
-    jp = _judge_prices(to_plain(cfg.judge), to_plain(cfg.model))
+    jp = judge_prices(to_plain(cfg.judge), to_plain(cfg.model)).tokens
     return BudgetGate.local(Budget(caps, jp, recorded_spend(cfg, store, config_hash),
                                    closed=recorded_closure(cfg, store, config_hash)))
 

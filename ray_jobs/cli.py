@@ -107,6 +107,7 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     from engine.config import to_plain, validate
     from engine.judges import judge_identity
     from ray_jobs.judge import judge_endpoints
+    from engine.storage import local_root
     from ray_jobs.run import needed_cpus, run_dir
 
     validate(cfg)
@@ -122,7 +123,7 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
 
     def hosted(m: Any) -> Any:
         session.ensure_ray(cfg, needed_cpus(cfg, bench))
-        return session.pool(m, run_dir(cfg) / "logs")
+        return session.pool(m, local_root(run_dir(cfg)) / "logs")       # a URI run dir: its local folder
 
     ident = judge_identity(cfg)
     who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "temperature": cfg.judge.temperature,

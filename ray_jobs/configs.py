@@ -9,33 +9,43 @@ from typing import Any, Callable, Sequence
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from engine.benchmarks import get_benchmark, runnable_benchmarks
+from engine.benchmarks import extra_conf_dirs, get_benchmark, runnable_benchmarks
 from engine.config import ClusterConfig, Config, IndexConfig, JudgeConfig, ModelConfig, PairwiseConfig, RunConfig
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 _registered = False
+_benchmarks: set[str] = set()
 
 
 def register() -> None:
-    """Schemas for every group; each benchmark folder contributes ``<name>_schema`` entries."""
+    """Schemas for every group; each benchmark folder contributes ``<name>_schema`` entries
+    (benchmarks that appear later, through ``DATELINE_BENCHMARKS``, on the next call)."""
     global _registered
+    cs = ConfigStore.instance()
+    for name in sorted(set(runnable_benchmarks()) - _benchmarks):
+        b = get_benchmark(name)
+        cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
+        cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
+        _benchmarks.add(name)
     if _registered:
         return
-    cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(name="pairwise_schema", node=PairwiseConfig)
     for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
                         ("run", RunConfig), ("judge", JudgeConfig)):
         cs.store(group=group, name=f"{group}_schema", node=node)
-    for name in runnable_benchmarks():
-        b = get_benchmark(name)
-        cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
-        cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
     if not OmegaConf.has_resolver("dateline_cache"):
         from engine.hosting.prepare_model import cache_dir
 
         OmegaConf.register_new_resolver("dateline_cache", lambda sub="": str(cache_dir() / sub))
     _registered = True
+
+
+def searchpath_overrides() -> list[str]:
+    """``hydra.searchpath`` for the config group files of benchmarks outside the repository
+    (``DATELINE_BENCHMARKS``); none when there are none."""
+    dirs = extra_conf_dirs()
+    return [f"hydra.searchpath=[{','.join(d.as_uri() for d in dirs)}]"] if dirs else []
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> Any:
@@ -45,7 +55,8 @@ def _compose(config_name: str, overrides: Sequence[str]) -> Any:
 
     register()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+        return OmegaConf.to_object(hydra_compose(config_name=config_name,
+                                                 overrides=[*searchpath_overrides(), *overrides]))
 
 
 def compose(overrides: Sequence[str] = ()) -> Config:
@@ -68,7 +79,7 @@ def compose_pairwise(overrides: Sequence[str] = ()) -> PairwiseConfig:
     return cfg
 
 
-def hydra_main(config_name: str, body: Callable[[Any, Any], None],
+def hydra_main(config_name: str, body: Callable[[Any, Any], object],
                after: Callable[[Any], Any] | None = None) -> None:
     """Run ``body(typed_config, session)`` under Hydra (``-m`` sweeps included) with one
     :class:`~ray_jobs.session.Session` for the whole process, closed at the end: every point of a
@@ -89,6 +100,9 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], None],
             logging.getLogger(name).setLevel(logging.WARNING)
         body(OmegaConf.to_object(dcfg), session)
 
+    import sys
+
+    sys.argv[1:1] = searchpath_overrides()       # before the user's overrides, which may extend it
     try:
         _main()
         if after is not None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import Config, to_plain, validate
-from engine.cost import Prices, token_cost, uptime_cost
+from engine.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.progress import table
 from engine.storage import EpisodeStore
 
@@ -87,7 +87,8 @@ class Projection:
         cols = [("pilot", self.pilot_episodes), (f"full run ({self.full_episodes})", self.full_episodes),
                 (f"remaining ({self.remaining_episodes})", self.remaining_episodes)]
         per = self.per_episode
-        rows = [["prompt tokens", round(per["tokens_in"]), *(round(self.tokens(n)["tokens_in"]) for _, n in cols)],
+        rows: list[list[object]] = [
+                ["prompt tokens", round(per["tokens_in"]), *(round(self.tokens(n)["tokens_in"]) for _, n in cols)],
                 ["completion tokens", round(per["tokens_out"]),
                  *(round(self.tokens(n)["tokens_out"]) for _, n in cols)],
                 ["judge prompt tokens", round(per["judge_tokens_in"]),
@@ -162,13 +163,13 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
     uses_model = bench.uses_model(cfg.agent)
     jm = j.hosted_model if j.kind == "hosted" else None
     model_plain = to_plain(m)
-    prices: dict[str, Prices] = {"model": Prices.of_model(model_plain),
-                                 "judge": Prices.of_judge(to_plain(j), to_plain(jm) if jm else model_plain)}
+    jp = judge_prices(to_plain(j), model_plain)
+    prices: dict[str, Prices] = {"model": Prices.of_model(model_plain), "judge": jp.tokens}
     self_judge = j.kind == "hosted" and jm is None
     model_replicas = m.replicas if m.kind == "vllm" and (uses_model or self_judge) else 0
     judge_replicas = 0
     if jm is not None and jm.kind == "vllm" and jm != m:
-        prices["judge_model"] = Prices.of_model(to_plain(jm))
+        prices["judge_model"] = jp.uptime
         judge_replicas = jm.replicas
     return Projection(label=label or full.config_hash[:8], benchmark=bench.name,
                       model=m.name if uses_model else "none", config_hash=full.config_hash,
@@ -194,12 +195,13 @@ def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label:
 
 def totals(points: list[Projection]) -> str:
     """One line per point and the sum (a sweep runs its points one after another)."""
-    rows = [[p.label, p.full_episodes, round(p.tokens(p.full_episodes)["tokens_in"]),
-             round(p.tokens(p.full_episodes)["tokens_out"]), _dur(p.wall_s(p.full_episodes)),
-             f"{p.cost(p.full_episodes):.4f}"] for p in points]
-    rows.append(["total", sum(p.full_episodes for p in points), sum(r[2] for r in rows), sum(r[3] for r in rows),
+    rows: list[tuple[str, int, int, int, str, str]] = [
+        (p.label, p.full_episodes, round(p.tokens(p.full_episodes)["tokens_in"]),
+         round(p.tokens(p.full_episodes)["tokens_out"]), _dur(p.wall_s(p.full_episodes)),
+         f"{p.cost(p.full_episodes):.4f}") for p in points]
+    rows.append(("total", sum(p.full_episodes for p in points), sum(r[2] for r in rows), sum(r[3] for r in rows),
                  _dur(sum(p.wall_s(p.full_episodes) for p in points)),
-                 f"{sum(p.cost(p.full_episodes) for p in points):.4f}"])
+                 f"{sum(p.cost(p.full_episodes) for p in points):.4f}"))
     return table(["point", "episodes", "prompt tokens", "completion tokens", "wall time", "cost (USD)"], rows)
 
 

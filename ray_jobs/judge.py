@@ -15,21 +15,23 @@ reuses the shared prompt prefix (the grader's instructions) from its prefix cach
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig
 from engine.judges import JudgeIdentity, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
-from engine.protocol import JudgeRequest
-from engine.storage import EpisodeStore
+from engine.protocol import Benchmark, JudgeRequest
+from engine.storage import EpisodeStore, PairwiseStore
 
 log = logging.getLogger("dateline.judge")
 MAX_ROUNDS = 5
 FLUSH_S = 30.0
 MALFORMED = "malformed judge output"      # error prefix of a final failure (the judge answered badly)
+_T = TypeVar("_T")
 
 
 def judge_endpoints(cfg: Any, hosted: Callable[[ModelConfig], list[Endpoint]]) -> list[Endpoint]:
@@ -41,7 +43,8 @@ def judge_endpoints(cfg: Any, hosted: Callable[[ModelConfig], list[Endpoint]]) -
     return hosted(j.hosted_model or cfg.model)
 
 
-def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[str, dict[str, str | None]]:
+def settled(store: EpisodeStore | PairwiseStore, judge_id: str,
+            retry_failed_calls: bool = True) -> dict[str, dict[str, str | None]]:
     """The judgements that count as made: verdicts, and failures where the judge answered but
     never well-formed (final: asking again at temperature 0 gives the same). With
     ``retry_failed_calls``, judgements whose last attempt failed at the endpoint (timeout, server
@@ -60,7 +63,7 @@ def settled(store: Any, judge_id: str, retry_failed_calls: bool = True) -> dict[
     return done
 
 
-def pending_requests(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
+def pending_requests(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, config_hash: str,
                      judge_id: str, retry_failed_calls: bool = True) -> list[JudgeRequest]:
     """Requests whose answers are missing; several rows asking for the same task-level judgement
     (same episode_id and key) yield one request."""
@@ -85,7 +88,7 @@ class JudgeCaller:
                  max_inflight: int | None = None) -> None:
         # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
         # no waiting for a dead judge to come back: the call fails and the next stage run asks again
-        self.router = Router(endpoints, SamplingParams(j.temperature, 1.0, None, j.request_timeout_s, 1),
+        self.router = Router(endpoints, SamplingParams.for_judge(j),
                              max_inflight or j.max_inflight, reroute_wait_s=0.0)
         self.j, self.parse, self.judge, self._flush, self.gate = j, parse, judge, flush, gate
         self.buf: list[dict[str, Any]] = []
@@ -100,8 +103,9 @@ class JudgeCaller:
         if self.gate is not None:
             current_gate.set(self.gate)       # this task's calls reserve from the budget
         client = self.router.client_for(req.episode_id)
-        row = {"episode_id": req.episode_id, **self.judge.columns(), "key": req.key, "value": None, "ok": False,
-               "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0}
+        row: dict[str, Any] = {"episode_id": req.episode_id, **self.judge.columns(), "key": req.key, "value": None,
+                               "ok": False, "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0,
+                               "tokens_out": 0, "latency_s": 0.0}
         try:
             for attempt in range(1, j.max_attempts + 1):
                 row["attempts"] = attempt
@@ -167,7 +171,7 @@ async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j
 class _Target:
     """What the stream judges for one configuration in one run dir."""
 
-    def __init__(self, bench: Any, caller: JudgeCaller, done: dict[str, dict[str, str | None]],
+    def __init__(self, bench: Benchmark[Any], caller: JudgeCaller, done: dict[str, dict[str, str | None]],
                  rows_at_once: int) -> None:
         self.bench, self.caller, self.done = bench, caller, done
         # episodes whose prompts exist at once: a backlog of finished episodes waits as rows, and
@@ -237,10 +241,10 @@ class JudgeStream:
         self.targets: dict[str, _Target] = {}
         self.t0: dict[str, float] = {}
 
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def add(self, key: str, cfg: Config, bench: Any, store: EpisodeStore, endpoints: list[Endpoint],
+    def add(self, key: str, cfg: Config, bench: Benchmark[Any], store: EpisodeStore, endpoints: list[Endpoint],
             gate: BudgetGate | None = None, max_inflight: int | None = None) -> None:
         """Judge configuration ``key`` (stored in ``store``) with ``cfg.judge`` on ``endpoints``;
         what the store already settled for this judge is not asked again (endpoint failures of
@@ -265,7 +269,7 @@ class JudgeStream:
                     t.rows += 1
                     task = asyncio.ensure_future(t.judge_row(row))
                     t.tasks.add(task)
-                    task.add_done_callback(lambda f, t=t, eid=row["episode_id"]: _done(t, f, eid))
+                    task.add_done_callback(functools.partial(_done, t, episode_id=row["episode_id"]))
         self.loop.call_soon_threadsafe(start)
 
     def finish(self, key: str) -> dict[str, Any]:
@@ -295,7 +299,7 @@ class JudgeStream:
         self._thread.join(timeout=10)
 
 
-def run_judge_stage(cfg: Config, bench: Any, store: EpisodeStore, config_hash: str,
+def run_judge_stage(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, config_hash: str,
                     endpoints: Callable[[ModelConfig], list[Endpoint]], gate: BudgetGate | None = None
                     ) -> dict[str, Any]:
     """Judge what is missing for this config. ``endpoints(model_config)`` returns a hosted

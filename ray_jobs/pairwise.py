@@ -20,28 +20,33 @@ import logging
 import sys
 import time
 from dataclasses import asdict
-from types import SimpleNamespace
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.config import ModelConfig, PairwiseConfig, to_plain, validate_pairwise
+from engine.config import Config, ModelConfig, PairwiseConfig, to_plain, validate_pairwise
 from engine.judges import judge_identity
 from engine.errors import ConfigError
 from engine.pairwise import REFERENCE, labels, plan
-from engine.protocol import JudgeRequest
+from engine.protocol import Benchmark, JudgeRequest, PairwiseSpec
 from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, settled
-from ray_jobs.run import repo_path
+from engine.paths import repo_path
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.pairwise")
 
 
-def protocols(cfg: PairwiseConfig, bench: Any) -> list[str]:
-    return list(bench.pairwise.protocols) if cfg.protocol == "both" else [cfg.protocol]
+def pairwise_spec(bench: Benchmark[Any]) -> PairwiseSpec:
+    if bench.pairwise is None:
+        raise ConfigError(f"benchmark: {bench.name} defines no pairwise judging")
+    return bench.pairwise
 
 
-def collect(cfg: PairwiseConfig, bench: Any) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], dict[str, int]]:
+def protocols(cfg: PairwiseConfig, bench: Benchmark[Any]) -> list[str]:
+    return list(pairwise_spec(bench).protocols) if cfg.protocol == "both" else [cfg.protocol]
+
+
+def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], dict[str, int]]:
     """(systems, articles, counts): the systems (dicts, see ``engine.pairwise``), their texts per
     task, and how many episodes were left out and why."""
     systems: dict[str, dict[str, Any]] = {}
@@ -82,8 +87,8 @@ def collect(cfg: PairwiseConfig, bench: Any) -> tuple[list[dict[str, Any]], dict
             if not data:
                 continue
             bcfg = bench.benchmark_schema(**(json.loads(data) | {"limit": None}))
-            for task in bench.load_tasks(SimpleNamespace(benchmark=bcfg)):
-                text = bench.pairwise.reference(task)
+            for task in bench.load_tasks(Config(benchmark=bcfg, agent=bench.agent_schema())):
+                text = pairwise_spec(bench).reference(task)
                 if text.strip():
                     ref.setdefault(task.task_id, text)
         if ref:
@@ -110,7 +115,7 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
 
 def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any]:
     bench = get_benchmark(cfg.benchmark)
-    spec = bench.pairwise
+    spec = pairwise_spec(bench)
     t0 = time.time()
     systems, articles, counts = collect(cfg, bench)
     comps, skipped = plan(articles, cfg.seed, cfg.both_orders)
@@ -142,7 +147,7 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
     try:
         if requests:
             def hosted(m: ModelConfig) -> list[Any]:
-                session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)  # type: ignore[arg-type]
+                session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)
                 return session.pool(m, store.root / "logs")
 
             t1 = time.time()

@@ -20,12 +20,13 @@ from typing import Any
 from engine.benchmarks import get_benchmark
 from engine.budget import Caps
 from engine.config import Config, ModelConfig, engine_batch, stable_hash, to_plain, validate
-from engine.errors import StoreWriteError
+from engine.errors import StoreWriteError, WorkerStartError
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, judge_identity, judged_views, self_judged_note
 from engine.llm import SamplingParams
+from engine.paths import repo_path
 from engine.progress import Progress, table
-from engine.protocol import BenchmarkBase
+from engine.protocol import Benchmark, BenchmarkBase
 from engine.storage import EpisodeStore, is_uri, metric_rows
 from ray_jobs.budget import (RunBudget, budget_exhausted_rows, exhausted_before_start, judge_budget_gate,
                              judge_prices_match, start_budget)
@@ -33,7 +34,6 @@ from ray_jobs.judge import JudgeStream, judge_endpoints, pending_requests
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.run")
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -42,12 +42,6 @@ class Plan:
     todo: list[EpisodeSpec]
     config_hash: str
     run_dir: Path | str          # a local folder, or a pyarrow filesystem URI (s3://bucket/prefix)
-
-
-def repo_path(p: str) -> Path:
-    """A path from a config: absolute as given, relative to the repository root otherwise."""
-    q = Path(p)
-    return q if q.is_absolute() else REPO_ROOT / q
 
 
 def run_dir(cfg: Config) -> Path | str:
@@ -62,11 +56,11 @@ def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:
     return {"name": m.name, "served_name": m.served_name or m.name, "temperature": m.temperature, "top_p": m.top_p}
 
 
-def episode_relevant(cfg: Config, bench: Any) -> dict[str, Any]:
+def episode_relevant(cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
     """The benchmark config as far as it decides an episode's result: not the task limit (it
     picks tasks) and not the fields the benchmark lists in ``evaluation_fields`` (they change
     only how finished episodes are judged), so changing those never re-runs episodes."""
-    drop = {"limit", *getattr(bench, "evaluation_fields", ())}
+    drop = {"limit", *bench.evaluation_fields}
     return {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
 
 
@@ -100,7 +94,7 @@ def data_identity(cfg: Config) -> str:
     return dumps(to_plain(cfg.benchmark) | {"limit": None})
 
 
-def needed_cpus(cfg: Config, bench: Any) -> float:
+def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
     """Logical CPUs a whole run asks Ray for: replicas, index, episode workers, services. A local
     cluster is sized by this whichever stage starts Ray first (the judge stage alone needs only the
     model, but the next point of a sweep will schedule workers on the same cluster)."""
@@ -118,7 +112,7 @@ class Point:
     """One configuration of a sweep in its run dir, and what the sweep does for it."""
     key: str                     # config hash @ run dir
     cfg: Config
-    bench: Any
+    bench: Benchmark[Any]
     plan: Plan
     store: EpisodeStore
     uses_model: bool
@@ -193,7 +187,8 @@ def make_point(cfg: Config) -> Point:
         log.warning("not starting %d episodes: %s (raise run.budget.* to resume)", len(p.todo), closed)
         info["budget_exhausted_before_start"] = closed
         generate = False
-    judges = type(bench).judge_requests is not BenchmarkBase.judge_requests     # it asks for judgements at all
+    # it asks for judgements at all (mypy sees two unrelated method types; they are one function when inherited)
+    judges = type(bench).judge_requests is not BenchmarkBase.judge_requests  # type: ignore[comparison-overlap]
     judge = cfg.judge.kind != "none" and judges and not closed and (
         generate or bool(pending_requests(cfg, bench, store, p.config_hash,
                                           judge_identity(cfg, getattr(bench, "judge_prompt_version", "")).id)))
@@ -383,8 +378,7 @@ def _prepare_generation(p: Point, session: Session) -> None:
     p.setup = WorkerSetup(
         benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
         endpoints=endpoints,
-        sampling=SamplingParams(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries,
-                                m.retry_backoff_s, m.retry_backoff_max_s),
+        sampling=SamplingParams.for_model(m),
         max_retries_per_episode=m.max_retries_per_episode,
         inflight_per_replica=max(1, engine_batch(m) // c.num_workers),
         top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=p.uses_model,
@@ -439,7 +433,10 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     by_key: dict[str, Point] = {}
     for g, pts in groups.items():
         c = pts[0].cfg.cluster
-        handles = {p.key: (p.setup, p.index, p.services) for p in pts}
+        handles: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] = {}
+        for p in pts:
+            assert p.setup is not None      # set by _prepare_generation
+            handles[p.key] = (p.setup, p.index, p.services)
         workers[g] = start_workers(None, None, c.num_workers, c.episodes_per_worker, c.worker_num_cpus,
                                    points=handles, resources=c.worker_resources or None,
                                    prefix=f"worker-{g[:6]}")
@@ -512,11 +509,14 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                     g, w = reviving.pop(ref)
                     try:
                         ray.get(ref)
-                    except Exception:  # noqa: BLE001 - still restarting: ask again
+                    except Exception as e:  # noqa: BLE001 - still restarting: ask again
+                        if "error raised in its creation task" in str(e):
+                            raise WorkerStartError(f"episode worker {w} cannot start (its constructor failed; "
+                                                   f"a restart would fail the same way): {e}") from e
                         reviving[workers[g][w].ping.remote()] = (g, w)
                         continue
-                    if g in pools and pools[g] is not None:          # the restarted actor's routes
-                        workers[g][w].set_endpoints.remote(g, pools[g].endpoints)
+                    if (pool := pools.get(g)) is not None:          # the restarted actor's routes
+                        workers[g][w].set_endpoints.remote(g, pool.endpoints)
                     for _ in range(groups[g][0].cfg.cluster.episodes_per_worker - busy[(g, w)]):
                         submit(g, w)
             if not pending:

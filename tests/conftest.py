@@ -1,23 +1,97 @@
+"""Shared fixtures, and the two test tiers.
+
+* ``@pytest.mark.ray``: the test starts Ray (``ray.init``, a ``cluster_utils`` cluster, a
+  ``dateline run`` subprocess, ``ray start``...). Enforced: every Ray session started during a
+  test lands under this pytest run's own ``RAY_TMPDIR`` (set below), and a test without the
+  marker that leaves a new ``session_*`` folder there errors at teardown. So
+  ``pytest -m "not real and not ray"`` (the fast tier) never starts Ray.
+* ``@pytest.mark.real``: the test needs the prepared offline model (and most start vLLM), or,
+  as ``real(model=False)``, real data too large for the dev loop. When
+  the model is not prepared it is skipped with the folder and the command that prepares it,
+  unless ``DATELINE_CI=1`` (``scripts/test.sh`` sets it): then a missing model is a failure, so
+  the whole suite never passes by skipping them.
+
+``DATELINE_CI=1`` also selects the full example counts of the fuzz tests (``tests.helpers.FULL``).
+"""
+
 from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import REPO, prepared_model_dir, ray_temp_dir
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "engine" / "benchmarks" / "newsagent" / "sample_data"
+
+# Every Ray this run starts (in process, in a subprocess, `ray start`) keeps its sessions here:
+# the marker check below reads it, and runs of other users of the machine stay out of it. Short,
+# because Ray's unix socket paths live under it.
+os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dl-ray-", dir=os.environ.get("RAY_TMPDIR", "/tmp"))
+
+
+def _ray_sessions() -> set[str]:
+    try:
+        return {p.name for p in ray_temp_dir().iterdir() if p.name.startswith("session_") and p.name != "session_latest"}
+    except FileNotFoundError:
+        return set()
+
+
+_sessions_before: dict[str, set[str]] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _sessions_before[item.nodeid] = _ray_sessions()
+    real = item.get_closest_marker("real")
+    if real is not None and real.kwargs.get("model", True):      # real(model=False): real data, no model
+        prepared_model_dir()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield
+    new = _ray_sessions() - _sessions_before.pop(item.nodeid, set())
+    if new and item.get_closest_marker("ray") is None:
+        raise pytest.fail.Exception(
+            f"{item.nodeid} started Ray ({len(new)} session(s) under {ray_temp_dir()}) but is not marked "
+            "@pytest.mark.ray: mark it (or its module's pytestmark), so the fast tier "
+            '(-m "not real and not ray") stays free of Ray', pytrace=False)
+    return result
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove this run's Ray temp dir, unless a test failed after Ray ran (its logs are kept)."""
+    import shutil
+    import sys
+
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    if exitstatus == 0 or not _ray_sessions():
+        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return prepared_model_dir()
 
 
 @pytest.fixture(scope="session")
 def embedder():
+    import torch
+
     from indexes.embeddings import Embedder
 
+    # Tests encode a sentence at a time: with torch's default of one thread per core, a one-query
+    # encode took 0.37 s instead of 15 ms on a busy 2-core machine (threads waiting on each other).
+    torch.set_num_threads(1)
     return Embedder()
 
 
@@ -29,12 +103,22 @@ def sample_dataset():
 
 
 @pytest.fixture(scope="session")
-def sample_index(embedder, sample_dataset, tmp_path_factory):
+def sample_embeddings() -> Path:
+    """The embedding cache of the sample objects (filled by ``sample_index``), kept under
+    ``DATELINE_CACHE`` like a run's (keyed by content hash and model, shards written atomically):
+    later sessions, and other indexes over the sample, reuse the vectors instead of embedding again."""
+    from engine.hosting.prepare_model import cache_dir
+
+    return cache_dir() / "test-embeddings"
+
+
+@pytest.fixture(scope="session")
+def sample_index(embedder, sample_dataset, sample_embeddings):
     from indexes.corpus import Document
     from indexes.service import LocalIndex
 
     docs = [Document(o.object_id, o.text, o.date) for o in sample_dataset.objects]
-    return LocalIndex(docs, embedder, tmp_path_factory.mktemp("emb"))
+    return LocalIndex(docs, embedder, sample_embeddings)
 
 
 def d(s: str) -> dt.date:

@@ -80,7 +80,8 @@ class FakeOpenAI:
 
         ThreadingHTTPServer.allow_reuse_address = True     # a restarted server takes its old port at once
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)   # shutdown() waits up to one poll interval (0.5 s by default)
 
     @property
     def base_url(self) -> str:

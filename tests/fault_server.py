@@ -114,7 +114,8 @@ class FaultServer:
         ThreadingHTTPServer.daemon_threads = True
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)   # shutdown() waits up to one poll interval (0.5 s by default)
 
     def draw(self) -> str:
         with self._lock:

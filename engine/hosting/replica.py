@@ -125,8 +125,10 @@ class ModelReplica:
 
         for shard in self.shards:           # a restart: the bundles are re-claimed (same node, same GPUs)
             ray.kill(shard)
-        self.shards = [GpuShard.options(num_gpus=1, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            self.placement_group, placement_group_bundle_index=b)).remote()
+        # mypy ignores class decorators: GpuShard is the ray.remote actor class
+        self.shards = [GpuShard.options(  # type: ignore[attr-defined]
+            num_gpus=1, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.placement_group, placement_group_bundle_index=b)).remote()
             for b in range(1, len(replica_bundles(self.cfg)))]
         ids = [str(g) for g in ray.get_gpu_ids()]
         for got in ray.get([s.gpu_ids.remote() for s in self.shards], timeout=self.cfg.placement_timeout_s):
@@ -257,10 +259,11 @@ class ModelPool:
         custom = {k: v for k, v in first.items() if k not in ("CPU", "GPU")}
         # a replica actor whose node is lost is re-created by Ray in its group, whose bundles Ray
         # reserves again on a live node (``check`` then starts its server)
-        return ModelReplica.options(num_cpus=first.get("CPU", 0.0), num_gpus=first.get("GPU", 0.0),
-                                    resources=custom or None, name=None, max_restarts=-1, max_task_retries=0,
-                                    **options).remote(asdict(cfg), i, self.log_dir, pg, self.api_key,
-                                                      self._bind())
+        # mypy ignores class decorators: ModelReplica is the ray.remote actor class
+        return ModelReplica.options(  # type: ignore[attr-defined]
+            num_cpus=first.get("CPU", 0.0), num_gpus=first.get("GPU", 0.0), resources=custom or None, name=None,
+            max_restarts=-1, max_task_retries=0, **options).remote(asdict(cfg), i, self.log_dir, pg, self.api_key,
+                                                                   self._bind())
 
     def _bind(self) -> str:
         """Where replicas listen (``model.bind``): ``auto`` is loopback on a one-node cluster

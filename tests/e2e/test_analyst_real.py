@@ -5,33 +5,24 @@ reports, scores and metrics in Parquet, and the Table 3 report."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from engine.benchmarks.analyst import BENCHMARK
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.storage import EpisodeStore
+from tests.helpers import run_module
 
-REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.real, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(2400)]
 
 
 def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     # sweep agent.mode, not the agent group: Hydra validates the other overrides against the
     # primary config, whose agent group must already be analyst
-    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",
+    out = run_module("ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",
            "benchmark.task_ids=[unemployment-brief]", "benchmark.max_claims=6", "benchmark.judge_max_tokens=384",
            "agent.max_steps=4", "agent.report_max_tokens=700", "agent.max_tokens_action=700",
            "agent.report_attempts=1", "benchmark.claims_max_tokens=384",
-           f"run.dir={tmp_path}", "run.progress=false"]
-    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=2300)
+           f"run.dir={tmp_path}", "run.progress=false", timeout=2300)
     assert out.returncode == 0, out.stderr[-4000:]
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
@@ -58,7 +49,6 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
     assert [r.get("model_started") for r in runs].count(True) == 1
 
-    tables = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "tables", str(tmp_path)], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=300)
     assert tables.returncode == 0, tables.stderr
     assert "Vanilla (map-reduce)" in tables.stdout and "Agent (sandboxed tools)" in tables.stdout

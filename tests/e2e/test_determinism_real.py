@@ -10,7 +10,6 @@ import asyncio
 import pytest
 
 from benchmarks.determinism import agent_config, compare, run_once, start_server
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.llm import Endpoint
 from indexes.service import AsyncLocalIndex
 
@@ -19,8 +18,6 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
 
 def test_reproducible_mode_gives_identical_actions_and_metrics_in_any_arrival_order(sample_index, sample_dataset,
                                                                                      tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail(f"the offline model is not prepared at {default_model_dir()}: run scripts/setup.sh")
     server = start_server(True, tmp_path / "vllm.log")
     try:
         assert "--no-enable-prefix-caching" in server.cmd and server.cmd[server.cmd.index("--max-num-seqs") + 1] == "1"

@@ -18,12 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 QWEN = "qwen2.5-coder-0.5b-instruct"
 
 
@@ -51,8 +50,6 @@ def _kill_server_after(parent: int, log: Path, seconds: float, killed: list[int]
 
 
 def test_a_killed_replica_is_restarted_and_the_run_completes(tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "ray_jobs.run", "benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4",
            "agent.max_searches=2", "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none",

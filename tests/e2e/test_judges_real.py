@@ -7,32 +7,24 @@ the bookkeeping, never the verdicts."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.hosting.replica import replica_log_name
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
+from tests.helpers import run_module
 
-REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 QWEN = "qwen2.5-coder-0.5b-instruct"
 
 
 def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    base = [sys.executable, "-m", "ray_jobs.run", "benchmark=livenews", "agent=livenews_guided", "benchmark.limit=2",
+    base = ["benchmark=livenews", "agent=livenews_guided", "benchmark.limit=2",
             "agent.max_searches=1", "agent.max_visits=1", "agent.max_tokens_turn=192", f"run.dir={tmp_path}",
             "run.progress=false"]
     other = ["judge=hosted_model", "judge.hosted_model.name=qwen-judge", "judge.hosted_model.served_name=qwen-judge"]
-    first = subprocess.run(base + other, cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+    first = run_module("ray_jobs.run", *base, *other, timeout=1700)
     assert first.returncode == 0, first.stderr[-4000:]
     # two hosted models in one job: the model under test and the judge, each its own server
     logs = tmp_path / "logs"
@@ -41,7 +33,7 @@ def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
     assert info["model_starts_in_session"] == 2 and info["judge"]["judge_model"] == "qwen-judge"
     assert info["judge_replica_seconds_run"] > 0
 
-    second = subprocess.run(base + ["judge=hosted"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+    second = run_module("ray_jobs.run", *base, "judge=hosted", timeout=1700)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "**SELF-JUDGED**" in second.stderr               # the run summary says so
 
@@ -54,9 +46,8 @@ def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
     probes = {m["judge_model"]: m["n"] for m in metrics if m["metric"] == "judge_probe_gold_ok"}
     assert probes == {"qwen-judge": 2, QWEN: 2}              # each set rests on its own judge's verdicts
 
-    rep = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "report", str(tmp_path), "--out",
-                          str(tmp_path / "report"), "--boot", "50"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=600)
+    rep = run_module("ray_jobs.cli", "report", str(tmp_path), "--out", str(tmp_path / "report"), "--boot", "50",
+                     timeout=600)
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = (tmp_path / "report" / "report.md").read_text()
     blocks = md.split("### Judge ")[1:]

@@ -6,30 +6,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
+from tests.helpers import run_module
 
-REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 
 def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
+    out = run_module("ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
            "agent.max_searches=1,3", "benchmark.limit=3", "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256",
-           f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6"]
-    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+           f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6", timeout=1700)
     assert out.returncode == 0, out.stderr[-4000:]
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
@@ -66,8 +57,7 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
     names = {m["metric"] for m in metrics}
     assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std", "judge_probe_gold_ok"} <= names
 
-    tables = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "tables", str(tmp_path)], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=120)
+    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
     assert tables.returncode == 0, tables.stderr
     assert "Search Budget = 1" in tables.stdout and "Search Budget = 3" in tables.stdout
     assert (tmp_path / "metrics" / "tables.md").exists()

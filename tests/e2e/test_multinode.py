@@ -13,7 +13,6 @@ Ray user on the machine joins it by accident.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.helpers import ray_temp_dir
 
 REPO = Path(__file__).resolve().parents[2]
 # room for the index too (1 CPU): only index.resources keeps it off the worker node
@@ -34,7 +35,7 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    addr_file = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    addr_file = ray_temp_dir() / "ray_current_cluster"
     before = addr_file.read_text() if addr_file.exists() else None
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:

@@ -5,33 +5,23 @@ with constrained JSON, both candidate orders, Parquet out, and the HTML report f
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.storage import PairwiseStore
 from ray_jobs.report import build
+from tests.helpers import run_module
 
-REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 
 def test_pairwise_judge_on_the_offline_model(tmp_path):
-    if not is_prepared(default_model_dir()):
-        pytest.fail("the offline model is not prepared: run scripts/setup.sh")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     run_dir, out = tmp_path / "run", tmp_path / "pw"
-    gen = subprocess.run([sys.executable, "-m", "ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based",
-                          "benchmark.limit=2", f"run.dir={run_dir}", "run.progress=false"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2",
+                     f"run.dir={run_dir}", "run.progress=false", timeout=900)
     assert gen.returncode == 0, gen.stderr[-4000:]
-    judge = subprocess.run([sys.executable, "-m", "ray_jobs.pairwise", f"runs=[{run_dir}]", f"out={out}",
-                            "both_orders=true", "seed=11", "max_tokens=640"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+    judge = run_module("ray_jobs.pairwise", f"runs=[{run_dir}]", f"out={out}", "both_orders=true", "seed=11",
+                       "max_tokens=640", timeout=1700)
     assert judge.returncode == 0, judge.stderr[-4000:]
 
     store = PairwiseStore(out)

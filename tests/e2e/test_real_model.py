@@ -6,42 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
-from engine.config import NewsagentAgentConfig
+from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint, SamplingParams
 from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
 from indexes.service import AsyncLocalIndex
 from ray_jobs.configs import compose
+from tests.helpers import run_module
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
 
 
-@pytest.fixture(scope="module")
-def model_dir() -> Path:
-    d = default_model_dir()
-    if not is_prepared(d):
-        pytest.fail(f"the offline model is not prepared at {d}: run scripts/setup.sh")
-    return d
-
-
-def test_hosted_vllm_runs_four_episodes_concurrently(model_dir, tmp_path):
-    cmd = [sys.executable, "-m", "ray_jobs.run", f"run.dir={tmp_path}", "benchmark.limit=4",
-           "agent.max_operations=4", "agent.rephrase_attempts=1", "cluster.episodes_per_worker=4",
-           "run.progress=false"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1700)
+@pytest.mark.ray
+def test_hosted_vllm_runs_four_episodes_concurrently(tmp_path):
+    out = run_module("ray_jobs.run", f"run.dir={tmp_path}", "benchmark.limit=4", "agent.max_operations=4",
+                     "agent.rephrase_attempts=1", "cluster.episodes_per_worker=4", "run.progress=false", timeout=1700)
     assert out.returncode == 0, out.stderr[-4000:]
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     eps = store.episodes().to_pylist()

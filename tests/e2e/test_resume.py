@@ -20,6 +20,7 @@ from tests.engine.test_agent import scripted_writer
 from tests.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.ray            # every test drives `dateline run`
 SECRET = "sk-test-never-written-anywhere"
 N = 16
 

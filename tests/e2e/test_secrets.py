@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import ray_temp_dir
 
 REPO = Path(__file__).resolve().parents[2]
-RAY_TMP = Path("/tmp/ray")
+RAY_TMP = ray_temp_dir()          # this test run's (tests/conftest.py)
 
 
 def grader(messages, req):
@@ -83,7 +84,7 @@ def test_hosted_key_required_loopback_only_and_no_key_on_disk(tmp_path, monkeypa
             assert main(["run", "benchmark=livenews", "agent=livenews", "benchmark.limit=2", "model=local_cpu",
                          "model.name=fake", "model.served_name=fake", f"model.path={tmp_path / 'model'}",
                          "model.server_module=tests.fake_vllm_server", f"+model.env.PYTHONPATH={REPO}",
-                         "+model.env.FAKE_VLLM_RESPONDER=tests.e2e.test_sweep_session:responder",
+                         "+model.env.FAKE_VLLM_RESPONDER=tests.helpers:livenews_script",
                          "model.startup_timeout_s=120", "judge=openai_compatible", f"judge.base_url={judge.base_url}",
                          "judge.model=judge-model", "judge.api_key_env=DATELINE_PLANTED_KEY", f"run.dir={run_dir}",
                          "run.progress=false"]) == 0

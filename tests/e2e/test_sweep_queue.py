@@ -14,7 +14,7 @@ from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import Point, interleave, plan_waves, run_sweep
 from ray_jobs.session import Session
-from tests.e2e.test_sweep_session import responder
+from tests.helpers import livenews_script as responder
 from tests.fake_openai import FakeOpenAI
 
 

@@ -4,7 +4,7 @@ is a scripted OpenAI-compatible server here (the real-model sweep is in test_liv
 
 from __future__ import annotations
 
-import re
+import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import EpisodeStore
@@ -12,18 +12,9 @@ from ray_jobs.configs import compose
 from ray_jobs.run import run
 from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import livenews_script as responder
 
-
-def responder(messages, req):
-    if "Gold target:" in messages[0]["content"]:              # the grader
-        return "A" if "Predicted answer: Buffalo Bills" in messages[0]["content"] else "B"
-    turn = sum(m["role"] == "assistant" for m in messages)
-    if turn == 0:
-        return "Search.\n```action\ntype: Search\nDamar Hamlin\n```"
-    urls = re.findall(r"URL: (\S+)", messages[-1]["content"])
-    if turn == 1 and urls:
-        return f"Read it.\n```action\ntype: Click\n{urls[0]}\n```"
-    return "Done.\n```action\ntype: Finish\nBuffalo Bills\n```"
+pytestmark = pytest.mark.ray
 
 
 def test_two_point_sweep_shares_one_session(tmp_path):

@@ -7,9 +7,10 @@ import asyncio
 import json
 import re
 
+import pytest
 
 from engine.benchmarks.newsagent import prompts
-from engine.config import NewsagentAgentConfig
+from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from indexes.service import AsyncLocalIndex
@@ -122,16 +123,29 @@ def test_garbage_output_hits_operation_cap(sample_index, sample_dataset):
     assert all(s["result"].startswith("Error: invalid action: no JSON object found") for s in res["steps"])
 
 
-def test_max_turns_stops_a_model_that_never_operates(sample_index, sample_dataset):
-    def chooser(messages, req):  # 2-step, always picks insert then gives garbage arguments... counted
-        if messages[-1]["content"].startswith("Give the object"):
+@pytest.mark.parametrize("mode", ["1-step", "2-step"])
+def test_max_turns_stops_a_model_that_never_operates(sample_index, sample_dataset, mode):
+    """max_turns caps model turns (a 2-step turn is a choose call and an arguments call). A model
+    that never produces a valid operation (garbage in 1-step; in 2-step it picks insert, then
+    names an object it never retrieved) is stopped after exactly max_turns turns, with the
+    operation cap far away: finish_reason says max_turns, not operation_cap."""
+    def never_operates(messages, req):
+        if mode == "1-step":
+            return "I am not JSON"
+        if messages[-1]["content"] == prompts.TWO_STEP_ARGS["insert"]:
             return '{"obj": {"text": "not retrieved"}}'
         return '{"Thought": "x", "Action": "insert"}'
 
-    (res,), _ = run_episodes(sample_index, sample_dataset.tasks[:1], chooser,
-                             NewsagentAgentConfig(mode="2-step", max_operations=3, rephrase=False))
-    ep = res["episode"]
-    assert ep["n_failed_insert"] == 3 and ep["finish_reason"] == "operation_cap"
+    (res,), requests = run_episodes(sample_index, sample_dataset.tasks[:1], never_operates,
+                                    NewsagentAgentConfig(mode=mode, max_turns=3, max_operations=50, rephrase=False))
+    ep, steps = res["episode"], res["steps"]
+    assert ep["status"] == "ok" and ep["finish_reason"] == "max_turns"
+    assert ep["operations"] == 3 < 50                                  # every turn failed, none stopped the loop
+    if mode == "1-step":
+        assert ep["n_failed_parse"] == 3 and [s["turn"] for s in steps] == ["action"] * 3
+    else:
+        assert ep["n_failed_insert"] == 3 and [s["turn"] for s in steps] == ["choose", "arguments"] * 3
+    assert len(requests) == len(steps)                                 # no turn after the third
 
 
 def test_rephrase_reexecutes_with_feedback_then_keeps_best(sample_index, sample_dataset):

@@ -5,7 +5,6 @@ cluster (stop at the cap, nothing lost, resume with a larger budget); ``dateline
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 
@@ -15,6 +14,7 @@ from engine.cost import Prices
 from engine.errors import ConfigError
 from engine.llm import ChatClient, Endpoint, GenerationError, Router, SamplingParams
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import livenews_responder
 
 USER = [{"role": "user", "content": "x" * 40}]          # 10 + 4 estimated prompt tokens
 
@@ -254,18 +254,6 @@ def test_episode_runner_stores_budget_exhausted_with_its_steps():
 
 
 # -- the driver, end to end (local Ray, scripted model) ----------------------------------------
-def livenews_responder(messages, req):
-    if "Gold target:" in messages[0]["content"]:              # the grader
-        return "A"
-    turn = sum(m["role"] == "assistant" for m in messages)
-    if turn == 0:
-        return "Search.\n```action\ntype: Search\nDamar Hamlin\n```"
-    urls = re.findall(r"URL: (\S+)", messages[-1]["content"])
-    if turn == 1 and urls:
-        return f"Read it.\n```action\ntype: Click\n{urls[0]}\n```"
-    return "Done.\n```action\ntype: Finish\nBuffalo Bills\n```"
-
-
 def livenews_cfg(url, run_dir, *extra):
     from ray_jobs.configs import compose
 
@@ -275,6 +263,7 @@ def livenews_cfg(url, run_dir, *extra):
                     "cluster.episodes_per_worker=2", "cluster.num_cpus=4", *extra])
 
 
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_run_stops_at_the_cap_and_resumes_with_a_larger_budget(tmp_path):
     """Episodes make 3 calls of <= 100 completion tokens (7 + 6 + 7 answered). A cap of 160 admits
@@ -289,7 +278,7 @@ def test_run_stops_at_the_cap_and_resumes_with_a_larger_budget(tmp_path):
     from ray_jobs.run import run
     from ray_jobs.session import Session
 
-    with FakeOpenAI(livenews_responder) as srv:
+    with FakeOpenAI(livenews_responder()) as srv:
         session = Session()
         try:
             small = livenews_cfg(srv.base_url, tmp_path, "run.budget.max_output_tokens=160")
@@ -326,12 +315,13 @@ def test_run_stops_at_the_cap_and_resumes_with_a_larger_budget(tmp_path):
 
 
 # -- dateline estimate -------------------------------------------------------------------------
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_estimate_projects_a_pilot(tmp_path, capsys):
     from ray_jobs.estimate import PILOT_DIR, estimate_point, totals
     from ray_jobs.session import Session
 
-    with FakeOpenAI(livenews_responder) as srv:
+    with FakeOpenAI(livenews_responder()) as srv:
         session = Session()
         try:
             cfg = livenews_cfg(srv.base_url, tmp_path, "benchmark.limit=null", "model.price_input_per_mtok=1",
@@ -353,6 +343,7 @@ def test_estimate_projects_a_pilot(tmp_path, capsys):
     assert "total" in totals([proj, proj])
 
 
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_estimate_cli_sweep(tmp_path, monkeypatch, capsys):
     """``dateline estimate --tasks 1 -m ...``: one pilot and table per sweep point, then the totals."""
@@ -362,7 +353,7 @@ def test_estimate_cli_sweep(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr("sys.argv", ["dateline"])
     assert main(["estimate", "--tasks=0"]) == 2
-    with FakeOpenAI(livenews_responder) as srv:
+    with FakeOpenAI(livenews_responder()) as srv:
         try:
             assert main(["estimate", "--tasks", "1", "-m", "benchmark=livenews", "agent=livenews",
                          "agent.max_searches=1,3", "model=openai_compatible", f"model.base_url={srv.base_url}",
@@ -374,3 +365,16 @@ def test_estimate_cli_sweep(tmp_path, monkeypatch, capsys):
     assert out.count("full run (12)") == 2 and "estimate agent.max_searches=3:" in out
     totals = out.split("estimate, all points")[1]
     assert "agent.max_searches=1 | 12" in totals and "total                | 24" in totals
+
+
+def test_a_self_judge_shares_the_ledger_whatever_the_models_gpu_price():
+    """The judge's token prices are compared with the model's token prices (uptime is paid once,
+    by the replicas): a self-judging model with a GPU-hour price shares the run's ledger."""
+    from engine.config import Config, JudgeConfig, ModelConfig
+    from ray_jobs.budget import judge_prices_match
+
+    m = ModelConfig(price_input_per_mtok=1.0, price_output_per_mtok=2.0, price_gpu_hour=3.0, num_gpus=1)
+    assert judge_prices_match(Config(model=m, judge=JudgeConfig()))
+    api = JudgeConfig(kind="openai_compatible", base_url="http://x/v1", model="j", price_input_per_mtok=1.0,
+                      price_output_per_mtok=5.0)
+    assert not judge_prices_match(Config(model=m, judge=api))

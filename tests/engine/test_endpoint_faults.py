@@ -114,7 +114,7 @@ def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_
     from engine.storage import EpisodeStore
     from ray_jobs.run import run
     from ray_jobs.session import Session
-    from tests.e2e.test_sweep_session import responder
+    from tests.helpers import livenews_script as responder
 
     mix = {"ok": 0.55, "429": 0.07, "500": 0.07, "503": 0.07, "reset": 0.06, "timeout": 0.04, "truncated": 0.05,
            "badjson": 0.05, "empty": 0.04}

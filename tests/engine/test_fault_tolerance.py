@@ -20,7 +20,7 @@ from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import run
 from ray_jobs.session import Session
-from tests.e2e.test_sweep_session import responder
+from tests.helpers import livenews_script as responder
 from tests.fake_openai import FakeOpenAI
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -118,6 +118,7 @@ def _kill_actor_when(srv: FakeOpenAI, after_requests: int, marker: str, killed: 
             return
 
 
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_a_killed_worker_restarts_and_its_episodes_are_stored_exactly_once(tmp_path):
     with FakeOpenAI(responder, delay_s=0.4) as srv:
@@ -147,6 +148,7 @@ def test_a_killed_worker_restarts_and_its_episodes_are_stored_exactly_once(tmp_p
 
 
 
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_a_killed_web_service_is_rebuilt_and_the_run_completes(tmp_path):
     """The livenews offline web (a service actor) SIGKILLed mid-run: Ray rebuilds it from its

@@ -3,28 +3,19 @@ recorded (never guessed), resume without re-judging, and metrics that read the j
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
 from engine.judges import judge_identity
 from ray_jobs.judge import run_judge_stage
 from ray_jobs.run import reduce_metrics
+from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 
 
 def episode(i: int, answer: str, reason: str = "finish") -> dict:
-    now = dt.datetime.now(dt.timezone.utc)
-    return {"episode_id": f"e{i}", "config_hash": "c", "benchmark": "livenews", "task_id": f"t{i}", "model": "m",
-            "agent": json.dumps({"mode": "search", "max_searches": 5, "max_visits": 5}),
-            "data": json.dumps({"judge_probes": False}), "seed": 0,
-            "status": "ok", "error": "", "finish_reason": reason, "output": answer, "n_steps": 1, "tokens_in": 1,
-            "tokens_out": 1, "wall_time_s": 0.1, "started_at": now, "finished_at": now, "worker": "w", "replica": 0,
-            "question": f"question {i}?", "gold": f"gold {i}", "cutoff": "2023-01-05", "source_domain": "cnn.com",
-            "mode": "search", "max_searches": 5, "max_visits": 5, "n_searches": 2, "n_visits": 1,
-            "n_refused_visits": 0, "n_turns": 3, "returned_urls": [], "visited_urls": [], "latest_result_date": ""}
+    return episode_row("livenews", episode_id=f"e{i}", task_id=f"t{i}", finish_reason=reason, output=answer,
+                       question=f"question {i}?", gold=f"gold {i}", n_searches=2, n_visits=1, n_turns=3)
 
 
 def test_judge_stage(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.config import NewsagentAgentConfig
+from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import ChatClient, Endpoint, Router, SamplingParams
 from indexes.service import AsyncLocalIndex

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from engine.benchmarks.newsagent.metrics import aggregate, episode_scores, prf
+from tests.factories import episode_row
 
 
 def test_prf_hand_computed():
@@ -30,11 +31,9 @@ def test_episode_scores_search_vs_edit():
 
 
 def row(retrieved, draft, reference, **kw):
-    base = dict(status="ok", retrieved_ids=retrieved, draft_ids=draft, reference_ids=reference, finish_reason="terminate",
-                tokens_in=100, tokens_out=10, n_search=1, n_insert=1, n_remove=0, n_failed_insert=0, n_failed_remove=0,
-                n_failed_parse=0, n_empty_search=0, operations=2, rephrase_attempts=1, traceable=True)
-    base.update(kw)
-    return base
+    return episode_row("newsagent", **{"retrieved_ids": retrieved, "draft_ids": draft, "reference_ids": reference,
+                                       "tokens_in": 100, "tokens_out": 10, "n_search": 1, "n_insert": 1,
+                                       "operations": 2, "rephrase_attempts": 1, "traceable": True, **kw})
 
 
 def test_macro_average_is_not_f1_of_means():

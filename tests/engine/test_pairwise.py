@@ -4,7 +4,6 @@ judge, through to the report (matrix, Bradley-Terry, HTML with embedded plots)."
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 
@@ -18,6 +17,7 @@ from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.configs import compose_pairwise
 from ray_jobs.pairwise import run_pairwise
 from ray_jobs.report import build, read_human
+from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 
 GOOD = {d: {"winner": w, "reasoning": "r"} for d, w in zip(npw.DIMENSIONS, ["first", "second", "tie", "first",
@@ -125,19 +125,14 @@ def test_position_bias():
 
 # -- the stage over Parquet ---------------------------------------------------------------------------
 def _episode(task: str, config: str, output: str, guided: bool, status: str = "ok") -> dict:
-    now = dt.datetime.now(dt.timezone.utc)
     agent = {"mode": "1-step", "guided_json": guided}
-    return {"episode_id": f"{config}-{task}", "config_hash": config, "benchmark": "newsagent", "task_id": task,
-            "model": "qwen", "agent": json.dumps(agent, sort_keys=True),
-            "data": json.dumps({"name": "newsagent", "data_dir": "engine/benchmarks/newsagent/sample_data",
-                                "limit": None}),
-            "seed": 0, "status": status, "error": "", "finish_reason": "terminate", "output": output, "n_steps": 3,
-            "tokens_in": 1000, "tokens_out": 100, "wall_time_s": 1.0, "started_at": now, "finished_at": now,
-            "worker": "w", "replica": 0, "title": task, "release_date": "2024-01-18", "final_draft": [],
-            "draft_ids": ["h1"], "retrieved_ids": ["h1", "h2"], "reference_ids": ["h1"],
-            "n_search": 1, "n_insert": 1, "n_remove": 0, "n_terminate": 1, "n_failed_insert": 0, "n_failed_remove": 0,
-            "n_failed_parse": 0, "n_empty_search": 0, "operations": 2, "rephrase_attempts": 1,
-            "trace_untraceable_share": 0.0, "traceable": True}
+    return episode_row("newsagent", episode_id=f"{config}-{task}", config_hash=config, task_id=task, model="qwen",
+                       agent=json.dumps(agent, sort_keys=True),
+                       data=json.dumps({"name": "newsagent", "data_dir": "engine/benchmarks/newsagent/sample_data",
+                                        "limit": None}),
+                       status=status, output=output, n_steps=3, tokens_in=1000, tokens_out=100, wall_time_s=1.0,
+                       title=task, draft_ids=["h1"], retrieved_ids=["h1", "h2"], reference_ids=["h1"], n_search=1,
+                       n_insert=1, operations=2, rephrase_attempts=1, trace_untraceable_share=0.0, traceable=True)
 
 
 def _runs(tmp_path):

@@ -9,11 +9,14 @@ import re
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
+from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.benchmarks.newsagent import BENCHMARK as NEWS
-from engine.cost import Prices, episode_costs, token_cost, uptime_cost
+from engine.cost import (JudgePrices, Prices, episode_costs, judge_prices, model_prices, parse_overrides, token_cost,
+                         unit_hours, uptime_cost)
 from engine.storage import EpisodeStore
 from ray_jobs.report import build, main
-from tests.engine.test_judge import episode as live_episode
+from ray_jobs.report.compute_pairwise import judging_cost
+from tests.factories import episode_row
 from tests.engine.test_pairwise import _episode as news_episode
 
 
@@ -29,29 +32,82 @@ def _news_rows():
     return rows
 
 
-def _check_values_match_metrics(bench, rows):
+def _check_against(bench, rows, expected):
+    """``expected``: metric -> (value, n), worked out by hand from the rows. Both the metrics and
+    the means of the per-episode values (what the report's intervals and paired tests use) must
+    give exactly these, and no mean-type metric may be missing from ``expected``."""
     metrics = {m.metric: m for m in bench.metrics(rows)}
+    for k, (value, n) in expected.items():
+        assert (metrics[k].value, metrics[k].n) == (pytest.approx(value), n), k
     vals = bench.episode_values(rows)
     keys = {k for v in vals for k in v}
-    assert keys, "no per-episode values"
+    assert keys == {k for k in expected if not k.endswith("_std") and k != "episodes"}
     for k in keys:
         xs = [v[k] for v in vals if k in v]
-        assert metrics[k].value == pytest.approx(sum(xs) / len(xs)), k
-        assert metrics[k].n == len(xs), k
+        assert (sum(xs) / len(xs), len(xs)) == (pytest.approx(expected[k][0]), expected[k][1]), k
+    assert {k for k, m in metrics.items() if m.n} == set(expected)
 
 
 def test_episode_values_are_the_metrics_newsagent():
-    rows = _news_rows()
-    rows.append(dict(rows[0], episode_id="bad", status="error"))
-    _check_values_match_metrics(NEWS, rows)
-    assert NEWS.episode_values(rows)[-1] == {}
+    rows = [
+        # reference h1, h2. search P 2/3 R 1 F1 0.8; edit P 1 R 1/2 F1 2/3; saw both, kept 1: observed 1/2
+        episode_row("newsagent", episode_id="a", reference_ids=["h1", "h2"], retrieved_ids=["h1", "h2", "h3"],
+                    draft_ids=["h1"], tokens_in=100, tokens_out=10, n_search=2, n_insert=1, operations=3,
+                    rephrase_attempts=1, traceable=True),
+        # retrieved and kept nothing: both precisions undefined (absent), zero-empty ones 0; R = F1 = 0
+        episode_row("newsagent", episode_id="b", reference_ids=["h1", "h2"], tokens_in=200, tokens_out=20,
+                    n_failed_parse=20, operations=20, rephrase_attempts=2, traceable=False,
+                    finish_reason="operation_cap", n_terminate=0),
+        # no reference evidence: no function-wise values at all; no rephrase: no traceable value
+        episode_row("newsagent", episode_id="c", retrieved_ids=["h9"], draft_ids=["h9"], tokens_in=600,
+                    tokens_out=30, n_search=1, n_insert=1, operations=2),
+        # failed: no values, counted nowhere
+        episode_row("newsagent", episode_id="d", status="error", reference_ids=["h1"], retrieved_ids=["h1"],
+                    draft_ids=["h1"], tokens_in=10**6, rephrase_attempts=1, traceable=True),
+    ]
+    expected = {
+        "episodes": (3, 3),
+        "search_precision": (2 / 3, 1), "search_recall": (0.5, 2), "search_f1": (0.4, 2),
+        "edit_precision": (1.0, 1), "edit_recall": (0.25, 2), "edit_f1": (1 / 3, 2), "edit_recall_observed": (0.25, 2),
+        "search_precision_zero_empty": (1 / 3, 2), "edit_precision_zero_empty": (0.5, 2),
+        "mean_tokens_in": (300.0, 3), "mean_tokens_out": (20.0, 3), "mean_n_search": (1.0, 3),
+        "mean_n_insert": (2 / 3, 3), "mean_n_remove": (0.0, 3), "mean_n_failed_insert": (0.0, 3),
+        "mean_n_failed_remove": (0.0, 3), "mean_n_failed_parse": (20 / 3, 3), "mean_n_empty_search": (0.0, 3),
+        "mean_operations": (25 / 3, 3), "mean_rephrase_attempts": (1.0, 3),
+        "traceable_rate": (0.5, 2), "terminated_rate": (2 / 3, 3),
+    }
+    _check_against(NEWS, rows, expected)
+    vals = NEWS.episode_values(rows)
+    assert "search_precision" not in vals[1] and "edit_precision" not in vals[1] and vals[1]["search_f1"] == 0.0
+    assert not any(k.startswith(("search_", "edit_")) for k in vals[2]) and "traceable_rate" not in vals[2]
+    assert vals[3] == {}
 
 
 def test_episode_values_are_the_metrics_livenews():
-    rows = [live_episode(i, f"gold {i}" if i % 2 else "x", "finish" if i < 5 else "budget_exceeded") for i in range(7)]
-    for i, r in enumerate(rows):
-        r["judgements"] = {"grade": ["CORRECT", "INCORRECT", None][i % 3], "probe_gold": "CORRECT"}
-    _check_values_match_metrics(LIVE, rows)
+    def ep(i, reason, judgements, searches, visits, turns, tokens_in, output, **kw):
+        return episode_row("livenews", episode_id=f"e{i}", finish_reason=reason, judgements=judgements,
+                           n_searches=searches, n_visits=visits, n_turns=turns, tokens_in=tokens_in,
+                           tokens_out=tokens_in // 2, gold="Buffalo Bills", output=output, **kw)
+
+    rows = [ep(0, "finish", {"grade": "CORRECT", "probe_gold": "CORRECT"}, 1, 0, 2, 10, "the buffalo bills!"),
+            ep(1, "finish", {"grade": "INCORRECT", "probe_gold": "INCORRECT"}, 3, 2, 5, 30, "x", n_refused_visits=1),
+            ep(2, "budget_exceeded", {}, 5, 1, 6, 50, ""),
+            ep(3, "finish", {"grade": None, "probe_gold": "CORRECT", "probe_decoy": "INCORRECT"}, 3, 1, 3, 10,
+               "Buffalo Bills"),
+            ep(4, "finish", {"grade": "CORRECT"}, 9, 9, 9, 90, "Buffalo Bills", status="error")]
+    finish = {f"finish_{f}": (0.0, 4) for f in FINISH_REASONS} | {"finish_finish": (0.75, 4),
+                                                                   "finish_budget_exceeded": (0.25, 4)}
+    expected = {
+        "accuracy": (0.25, 4), "incorrect": (0.25, 4), "not_attempted": (0.0, 4), "failed": (0.25, 4),
+        "ungraded": (0.25, 4),
+        "searches_mean": (3.0, 4), "searches_std": (2 ** 0.5, 4),       # 1 3 5 3: squared deviations 4 0 4 0
+        "visits_mean": (1.0, 4), "visits_std": (0.5 ** 0.5, 4),         # 0 2 1 1
+        "refused_visits_mean": (0.25, 4), "turns_mean": (4.0, 4), "tokens_in_mean": (25.0, 4),
+        "tokens_out_mean": (12.5, 4), **finish,
+        "judge_probe_gold_ok": (2 / 3, 3), "judge_probe_decoy_ok": (1.0, 1), "answer_contains_gold": (0.5, 4),
+    }
+    _check_against(LIVE, rows, expected)
+    assert LIVE.episode_values(rows)[4] == {}
 
 
 def test_cost_arithmetic():
@@ -67,6 +123,44 @@ def test_cost_arithmetic():
     assert Prices.parse("1,2,3") == Prices(1, 2, 3)
     with pytest.raises(ValueError):
         Prices.parse("1")
+    assert unit_hours(1800, g) == pytest.approx(1.0)                   # GPU hours: half an hour x 2 GPUs
+
+
+def test_price_overrides_parse():
+    assert parse_overrides(["qwen=1,2", "gpt-4.1=3,4,5,2"]) == {"qwen": Prices(1, 2), "gpt-4.1": Prices(3, 4, 5, 2)}
+    for bad in ("qwen", "qwen=", "=1,2", "qwen=1", "qwen=-1,2"):
+        with pytest.raises(ValueError):
+            parse_overrides([bad])
+
+
+QWEN = {"name": "qwen", "num_gpus": 2, "price_gpu_hour": 2.0, "price_input_per_mtok": 0.5, "price_output_per_mtok": 1.0}
+JUDGE_B = {"name": "judge-b", "num_gpus": 1, "price_gpu_hour": 4.0, "price_input_per_mtok": 0.2,
+           "price_output_per_mtok": 0.3}
+API_JUDGE = {"kind": "openai_compatible", "name": "", "model": "gpt-judge", "price_input_per_mtok": 3.0,
+             "price_output_per_mtok": 9.0, "hosted_model": None}
+
+
+def test_judge_prices_rules():
+    """One rule for every judge: an API judge pays its own token prices (re-priced under its
+    judge.name or judge.model), a hosted judge its hosting model's (judge.hosted_model, else the
+    run's model), re-priced under that model's name."""
+    over = {"gpt-judge": Prices(1, 2), "strict": Prices(7, 7), "qwen": Prices(5, 6, 7, 8), "judge-b": Prices(1, 1, 1)}
+    assert judge_prices(API_JUDGE, QWEN) == JudgePrices(Prices(3.0, 9.0), Prices())     # no replicas
+    assert judge_prices(API_JUDGE, QWEN, over) == JudgePrices(Prices(1, 2), Prices())
+    assert judge_prices(dict(API_JUDGE, name="strict"), QWEN, over).tokens == Prices(7, 7)   # its name first
+    assert judge_prices(dict(API_JUDGE, name="nobody"), QWEN, over).tokens == Prices(1, 2)   # then its model
+    self_judge = {"kind": "hosted", "hosted_model": None}
+    assert judge_prices(self_judge, QWEN) == JudgePrices(Prices(0.5, 1.0), Prices.of_model(QWEN))
+    assert judge_prices(self_judge, QWEN, over) == JudgePrices(Prices(5, 6, 7, 8), Prices(5, 6, 7, 8))
+    own = {"kind": "hosted", "hosted_model": JUDGE_B}
+    assert judge_prices(own, QWEN) == JudgePrices(Prices(0.2, 0.3), Prices(0.2, 0.3, 4.0, 1.0))
+    assert judge_prices(own, QWEN, {"qwen": Prices(9, 9)}) == judge_prices(own, QWEN)   # not the run's model
+    assert judge_prices(own, QWEN, over).uptime == Prices(1, 1, 1)
+    assert judge_prices({}, QWEN).tokens == Prices(0.5, 1.0)          # runs recorded before judge configs
+    assert JudgePrices(Prices(1, 2), Prices(gpu_hour=4, units_per_replica=2)).cost(1e6, 1e6, 1800) \
+        == pytest.approx(1 + 2 + 4)
+    assert model_prices(QWEN) == Prices.of_model(QWEN) and model_prices(QWEN, over) == Prices(5, 6, 7, 8)
+    assert model_prices({}, over, name="judge-b") == Prices(1, 1, 1)
 
 
 def _run_dir(tmp_path):
@@ -108,6 +202,48 @@ def test_report_cli_price_override_and_errors(tmp_path, capsys):
     assert "$21.0000" in md
     with pytest.raises(SystemExit):
         main([str(root), "--price", "qwen"])
+    with pytest.raises(SystemExit):
+        main([str(root), "--price", "=1,2"])
     from engine.errors import DataError
     with pytest.raises(DataError, match="neither a run directory"):
         build([str(tmp_path)], tmp_path / "r3")
+
+
+def _cost_line(md, label):
+    return next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |") and "$" in ln)
+
+
+def test_report_price_reprices_an_api_judge_in_a_run(tmp_path):
+    """``--price`` re-prices an API (openai_compatible) judge in a normal run as it does in
+    pairwise judging: by its model name, through ``engine.cost.judge_prices``."""
+    root = _run_dir(tmp_path)
+    model = {"name": "qwen", "num_gpus": 1, "price_gpu_hour": 2.0}
+    EpisodeStore(root).write_json("run-3-judge.json", {
+        "config_hash": "cfgA", "replica_seconds_run": 0.0, "model": model, "judge_config": API_JUDGE,
+        "judge": {"tokens_in": 1_000_000, "tokens_out": 500_000}})
+    assert main([str(root), "--out", str(tmp_path / "recorded"), "--boot", "50"]) == 0
+    # recorded prices: $2 of uptime + the judge's 1M in x $3 + 0.5M out x $9 = $9.5
+    assert "| $9.5000 |" in _cost_line((tmp_path / "recorded" / "report.md").read_text(), "qwen (guided_json=True)")
+    assert main([str(root), "--out", str(tmp_path / "repriced"), "--boot", "50", "--price", "gpt-judge=1,2"]) == 0
+    md = (tmp_path / "repriced" / "report.md").read_text()
+    # re-priced judge: 1M x $1 + 0.5M x $2 = $2, so $2 + $2 = $4; the generation keeps its recorded prices
+    assert "| $4.0000 |" in _cost_line(md, "qwen (guided_json=True)")
+    assert "| $1.0000 |" in _cost_line(md, "qwen (guided_json=False)")
+
+
+def test_pairwise_judging_cost_uses_the_same_rules():
+    """A pairwise stage's judging cost: the same judge prices as a run's, so ``--price`` re-prices
+    the same judges; a hosted judge with a model of its own pays that model's prices."""
+    def stage(judge, replica_seconds=0.0):
+        return {"config": {"model": QWEN, "judge": judge}, "replica_seconds": replica_seconds,
+                "judge_stats": {"tokens_in": 1_000_000, "tokens_out": 1_000_000}}
+
+    api = judging_cost([stage(API_JUDGE, 3600)])
+    assert api is not None and api.usd == pytest.approx(3 + 9)          # no replicas of its own to pay for
+    again = judging_cost([stage(API_JUDGE)], {"gpt-judge": Prices(1, 2)})
+    assert again is not None and again.usd == pytest.approx(1 + 2)
+    own = judging_cost([stage({"kind": "hosted", "hosted_model": JUDGE_B}, 1800)])
+    # judge-b's tokens (0.2 + 0.3) and half an hour of its one GPU at $4 (not qwen's 2 GPUs at $2)
+    assert own is not None and own.usd == pytest.approx(0.5 + 2.0)
+    self_hosted = judging_cost([stage({"kind": "hosted", "hosted_model": None}, 1800)], {"qwen": Prices(1, 1, 1, 2)})
+    assert self_hosted is not None and self_hosted.usd == pytest.approx(2 + 1)

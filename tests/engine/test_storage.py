@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,17 +10,13 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, STEP_SCHEMA, EpisodeStore
-
-NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+from tests.factories import episode_row
 
 
 def ep(eid, status="ok", **kw):
-    r = dict(episode_id=eid, config_hash="c", benchmark="newsagent", task_id="t" + eid, model="m", agent="{}",
-             seed=0, status=status, error="", finish_reason="terminate", output="article", n_steps=1,
-             tokens_in=10, tokens_out=2, wall_time_s=1.0, started_at=NOW, finished_at=NOW, worker="w",
-             replica=0, final_draft=["x"], draft_ids=["a"], retrieved_ids=["a"], reference_ids=["a"])
-    r.update(kw)
-    return r
+    return episode_row("newsagent", **{"episode_id": eid, "task_id": "t" + eid, "status": status, "output": "article",
+                                       "tokens_in": 10, "tokens_out": 2, "wall_time_s": 1.0, "final_draft": ["x"],
+                                       "draft_ids": ["a"], "retrieved_ids": ["a"], "reference_ids": ["a"], **kw})
 
 
 def st(eid, step, text="out"):
@@ -315,3 +310,15 @@ def test_local_root_for_paths_and_uris(tmp_path, monkeypatch):
     monkeypatch.setenv("DATELINE_LOCAL_DIR", str(tmp_path / "local"))
     assert local_root(uri) == tmp_path / "local" / "s3" / "bucket" / "runs" / "a"
     assert not (tmp_path / "local").exists()
+
+
+@pytest.mark.parametrize("name", ["newsagent", "livenews", "analyst"])
+def test_the_episode_row_factory_has_every_column_of_the_store(tmp_path, name):
+    """tests/factories.py builds the rows of many tests: it must stay in step with the schemas."""
+    from engine.benchmarks import get_benchmark
+
+    store = EpisodeStore(tmp_path, get_benchmark(name).episode_fields)
+    row = episode_row(name)
+    assert set(row) == set(store.schema.names) - {"batch_id"} and row["benchmark"] == name
+    store.write_batch([row], [])
+    assert store.episodes().to_pylist()[0]["finish_reason"] == row["finish_reason"]

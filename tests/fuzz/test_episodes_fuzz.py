@@ -10,7 +10,8 @@ own text is valid Unicode, as the client decodes UTF-8, but JSON escapes inside 
 The model is a script, not a server: a few hundred episodes take seconds. The analyst agent
 never gets a ``python`` tool call here (each one starts a sandboxed subprocess; see
 ``tests/benchmarks/analyst/test_sandbox.py``). Episodes per benchmark:
-``DATELINE_FUZZ_EPISODES`` (default 200), derandomized.
+``DATELINE_FUZZ_EPISODES`` (default 200 in the full suite, ``DATELINE_CI=1``; 50 otherwise),
+derandomized.
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig, turn_cap
 from engine.benchmarks.livenews.service import WebService
 from engine.benchmarks.newsagent.data import NewsTask
-from engine.config import NewsagentAgentConfig
+from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.llm import Completion
 from engine.protocol import DocHit, EpisodeContext, EpisodeOutcome
 from engine.services import LocalService
 from engine.storage import STEP_SCHEMA, step_rows
 from tests.fuzz.garbage import RAW_TEXT, big_int, clean, deep, jstring, jvalue, noise, seeded, soup
+from tests.helpers import FULL
 from tests.fuzz.test_parsers_fuzz import (ACTION_TOKENS, BLOCK_TOKENS, block_broken, block_valid, json_broken,
                                           one_step_broken, one_step_valid, two_step_broken, two_step_valid)
 
-EPISODES = int(os.environ.get("DATELINE_FUZZ_EPISODES", "200"))
+EPISODES = int(os.environ.get("DATELINE_FUZZ_EPISODES", "200" if FULL else "50"))
 EPISODE_FUZZ = settings(max_examples=EPISODES, deadline=None, derandomize=True, database=None,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                                HealthCheck.data_too_large])

@@ -13,11 +13,12 @@ malformed ones (negations, two grades, a placeholder claim) to the format error.
 A parsed value holds only valid Unicode whenever the input does: a lone surrogate in a step row
 or a judgement makes the Parquet write fail (pyarrow cannot encode it).
 
-Examples per parser: ``DATELINE_FUZZ_EXAMPLES`` (default 10,000, what CI runs), derandomized so a
-run is reproducible. An example of a parser's own test is one Hypothesis-drawn seed from which
+Examples per parser: ``DATELINE_FUZZ_EXAMPLES``; by default 10,000 in the full suite
+(``DATELINE_CI=1``, what ``scripts/test.sh`` runs) and 300 otherwise (the fast dev loop),
+derandomized so a run is reproducible. An example of a parser's own test is one Hypothesis-drawn seed from which
 plain Python picks a family and builds the text (``tests/fuzz/garbage.py``), so it costs little
 beyond Hypothesis's bookkeeping (about 1 ms); a failure shows the seed and the text. One more
-test feeds Hypothesis's own unicode text to every parser (another 10,000 each). The degenerate
+test feeds Hypothesis's own unicode text to every parser (as many again each). The degenerate
 output tests bound the time a parser may take on 16,000 characters of one repeated pattern, and
 ``REGRESSIONS`` holds the inputs that broke a parser before it was fixed.
 """
@@ -50,8 +51,9 @@ from engine.benchmarks.newsagent.pairwise import DIMENSIONS, parse as parse_pair
 from engine.pairwise import outcome
 from tests.fuzz.garbage import (ANY, Case, big_int, clean, confuse, deep, jobject, jpy, jstring, jvalue,
                                 key_variant, mutate, noise, nonblank, prose, soup, wrap)
+from tests.helpers import FULL
 
-N = int(os.environ.get("DATELINE_FUZZ_EXAMPLES", "10000"))
+N = int(os.environ.get("DATELINE_FUZZ_EXAMPLES", "10000" if FULL else "300"))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 

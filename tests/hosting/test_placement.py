@@ -98,7 +98,9 @@ def test_resources_compose():
     cfg = compose(["+model.resources={replica:1}", "+index.resources={index:1}", "+cluster.worker_resources={worker:0.5}"])
     assert (cfg.model.resources, cfg.index.resources, cfg.cluster.worker_resources) == (
         {"replica": 1.0}, {"index": 1.0}, {"worker": 0.5})
-    assert cfg.model.server_module == "vllm.entrypoints.openai.api_server" and cfg.model.placement_timeout_s == 120
+    # the rest of the model config is untouched: the schema's defaults
+    assert (cfg.model.server_module, cfg.model.placement_timeout_s) == (ModelConfig.server_module,
+                                                                       ModelConfig.placement_timeout_s)
 
 
 def test_server_module_replaces_vllm_in_the_command_only(tmp_path):

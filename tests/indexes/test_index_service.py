@@ -73,10 +73,10 @@ def test_models_are_never_fetched_from_a_hub():
         resolve_model_path("BAAI/bge-small-en-v1.5")
 
 
-def test_service_batches_concurrent_requests(sample_dataset):
+def test_service_batches_concurrent_requests(sample_dataset, sample_index, sample_embeddings):
     """The actor body gathers concurrent single-query calls into shared batches, same answers."""
     docs = [Document(o.object_id, o.text, o.date) for o in sample_dataset.objects]
-    svc = IndexService(docs, "all-MiniLM-L6-v2", "cpu", 64, None)
+    svc = IndexService(docs, "all-MiniLM-L6-v2", "cpu", 64, str(sample_embeddings))   # vectors: sample_index's
     tasks = sample_dataset.tasks
 
     async def go():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,25 +22,19 @@ from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmar
 from engine import quarantine
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
+from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version
-from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def _dir(p: str) -> Path:
-    q = Path(p)
-    return q if q.is_absolute() else REPO_ROOT / q
-
+from engine.paths import repo_path
+from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
 
 @functools.lru_cache(maxsize=8)
 def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
     """The tasks by id, for looking up tasks whose episodes ran: a bad folder of another task is
     skipped (logged), not fatal here (whether bad folders may be skipped at all is decided when
     a run loads its tasks, by ``benchmark.on_bad_rows``)."""
-    with quarantine.skipping("skip", f"analyst tasks {_dir(tasks_dir)}") as bad:
-        return {t.task_id: t for t in load_tasks(_dir(tasks_dir), checklists_dir=_dir(checklists_dir) if checklists_dir
+    with quarantine.skipping("skip", f"analyst tasks {repo_path(tasks_dir)}") as bad:
+        return {t.task_id: t for t in load_tasks(repo_path(tasks_dir), checklists_dir=repo_path(checklists_dir) if checklists_dir
                                                  else None, bad=bad)}
 
 
@@ -49,8 +42,8 @@ def _task(tasks_dir: str, checklists_dir: str, task_id: str) -> AnalystTask:
     """The task ``task_id``; when its folder no longer loads, the DataError saying why."""
     task = _tasks(tasks_dir, checklists_dir).get(task_id)
     if task is None:
-        load_task(_dir(tasks_dir) / task_id, _dir(checklists_dir) if checklists_dir else None)   # raises why
-        raise KeyError(f"analyst task {task_id!r} is not in {_dir(tasks_dir)}")
+        load_task(repo_path(tasks_dir) / task_id, repo_path(checklists_dir) if checklists_dir else None)   # raises why
+        raise KeyError(f"analyst task {task_id!r} is not in {repo_path(tasks_dir)}")
     return task
 
 
@@ -87,7 +80,7 @@ class AnalystBenchmark(BenchmarkBase):
                                           scoring.CLAIM_VERIFICATION)
     primary_metrics = ("checklist_pct", "hallucination_pct")
     per_task_metric = "checklist_pct"
-    episode_fields = [
+    episode_fields: list[pa.Field[Any]] = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),
         *[pa.field(n, pa.int32()) for n in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",
                                             "code_failures", "parse_failures", "attempts")],
@@ -95,7 +88,7 @@ class AnalystBenchmark(BenchmarkBase):
         pa.field("no_report_reason", pa.string()),     # "" when a report was written
     ]
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, cfg: Config) -> None:
         a, b = cfg.agent, cfg.benchmark
         if a.mode not in ("vanilla", "agentic"):
             raise ConfigError(f"agent.mode: must be vanilla or agentic, got {a.mode!r}")
@@ -121,13 +114,13 @@ class AnalystBenchmark(BenchmarkBase):
             raise ConfigError("agent.context_tokens: must leave room for the prompt beyond map/report_max_tokens")
         if not 0.0 <= b.figure_match_threshold <= 1.0:
             raise ConfigError("benchmark.figure_match_threshold: must be in [0, 1]")
-        if not _dir(b.tasks_dir).is_dir():
-            raise ConfigError(f"benchmark.tasks_dir: {_dir(b.tasks_dir)} is not a folder")
+        if not repo_path(b.tasks_dir).is_dir():
+            raise ConfigError(f"benchmark.tasks_dir: {repo_path(b.tasks_dir)} is not a folder")
 
-    def load_tasks(self, cfg: Any) -> list[AnalystTask]:
+    def load_tasks(self, cfg: Config) -> list[AnalystTask]:
         b = cfg.benchmark
-        with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {_dir(b.tasks_dir)}") as bad:
-            tasks = load_tasks(_dir(b.tasks_dir), checklists_dir=_dir(b.checklists_dir) if b.checklists_dir else None,
+        with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {repo_path(b.tasks_dir)}") as bad:
+            tasks = load_tasks(repo_path(b.tasks_dir), checklists_dir=repo_path(b.checklists_dir) if b.checklists_dir else None,
                                bad=bad)
         if b.task_ids:
             unknown = sorted(set(b.task_ids) - {t.task_id for t in tasks})
@@ -143,12 +136,10 @@ class AnalystBenchmark(BenchmarkBase):
         a = ctx.agent
         count = await asyncio.to_thread(token_counter, ctx.model_path or None)
         budget = generation.Budget(a.context_tokens, count)
-        if a.mode == "agentic" and ctx.workdir is None:
-            raise RuntimeError("agentic analyst episodes need a working directory (ctx.workdir)")
         counters = dict.fromkeys(("chunks", "map_calls", "reduce_calls", "steps", "code_runs", "code_failures",
                                   "parse_failures"), 0)
         ends: list[str] = []
-        report, info = "", {}
+        report, info = "", dict[str, Any]()
         for attempt in range(1, a.report_attempts + 1):
             if attempt > 1:
                 ctx.record(turn="attempt", observation_chars=0, raw_output="",
@@ -160,7 +151,9 @@ class AnalystBenchmark(BenchmarkBase):
                 report, info = await generation.vanilla(task, ctx, budget, seed)
                 reason = "finish" if report.strip() else "no_report"
             else:
-                report, info = await generation.agentic(task, ctx, budget, Path(ctx.workdir), seed)
+                if ctx.workdir is None:
+                    raise RuntimeError("agentic analyst episodes need a working directory (ctx.workdir)")
+                report, info = await generation.agentic(task, ctx, budget, ctx.workdir, seed)
                 reason = info.pop("finish_reason")
             ends.append(reason)
             for k in counters:          # chunks are the sources' (the same each attempt); the rest add up
@@ -249,4 +242,4 @@ class AnalystBenchmark(BenchmarkBase):
         return tables(metric_rows)
 
 
-BENCHMARK = AnalystBenchmark()
+BENCHMARK: Benchmark[AnalystTask] = AnalystBenchmark()

@@ -255,15 +255,16 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
     """:func:`build_missing` with the judge's endpoints and sampling (``judge``: a JudgeConfig),
     as the judge stage calls them (one client retry; malformed answers retried here), into
     ``b.checklists_dir`` (relative: from the repo root) or the task folders."""
-    from engine.benchmarks.analyst import _dir, _tasks
+    from engine.benchmarks.analyst import _tasks
+    from engine.paths import repo_path
     from engine.llm import Router, SamplingParams
 
     async def go() -> list[BuildResult]:
-        router = Router(list(endpoints), SamplingParams(judge.temperature, 1.0, None, judge.request_timeout_s, 1),
+        router = Router(list(endpoints), SamplingParams.for_judge(judge),
                         judge.max_inflight)
         try:
             return await build_missing(tasks, b, router.client_for, generated_by, judge.max_attempts,
-                                       _dir(b.checklists_dir) if b.checklists_dir else None)
+                                       repo_path(b.checklists_dir) if b.checklists_dir else None)
         finally:
             await router.close()
 

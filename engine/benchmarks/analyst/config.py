@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -52,7 +53,7 @@ class AnalystAgentConfig:
     observation_chars: int = 4000
 
 
-def row_config(row: dict) -> AnalystBenchmarkConfig:
+def row_config(row: dict[str, Any]) -> AnalystBenchmarkConfig:
     """The benchmark config an episode row was produced under (its ``data`` column)."""
     import json
 

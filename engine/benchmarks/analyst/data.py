@@ -33,6 +33,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
 from engine.errors import BadDataError, DataError
@@ -145,7 +146,8 @@ def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
         if ref is not None and ref != reference_sha256(reference):
             raise BadDataError("inconsistent", path, None, "reference_sha256", "built for another reference.md than "
                                "the task's (delete the file to rebuild the checklist)")
-        by = obj.get("generated_by") if isinstance(obj.get("generated_by"), dict) else {}
+        gen = obj.get("generated_by")
+        by: dict[str, Any] = gen if isinstance(gen, dict) else {}
         origin = (f"{path}: built by {by.get('judge', '?')} (model {by.get('model', '?')}), "
                   f"prompts {obj.get('prompt_version', '?')}, {obj.get('created_at', '?')}")
         items, where = obj.get("criteria"), "criteria"

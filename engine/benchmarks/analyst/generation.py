@@ -109,7 +109,7 @@ class Budget:
 
 async def _call(ctx: EpisodeContext, turn: str, prompt: str, max_new: int, seed: int, **kw: Any) -> str:
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-    c = await ctx.llm.chat(messages, max_new, seed=seed, temperature=ctx.agent.temperature, **kw)
+    c = await ctx.model.chat(messages, max_new, seed=seed, temperature=ctx.agent.temperature, **kw)
     ctx.record(turn=turn, observation_chars=len(prompt), raw_output=c.text, parsed_action="", result=c.finish_reason,
                ok=True, tokens_in=c.prompt_tokens, tokens_out=c.completion_tokens, latency_s=c.latency_s)
     return c.text
@@ -203,7 +203,8 @@ def _observation(box: Sandbox, action: dict[str, Any], limit: int) -> tuple[str,
 
 def _fit(messages: list[dict[str, str]], budget: Budget, max_new: int) -> None:
     """Elide the oldest tool outputs until the conversation fits the window."""
-    total = lambda: sum(budget.count(m["content"]) for m in messages) + budget.margin * len(messages)  # noqa: E731
+    total: Callable[[], int] = lambda: (sum(budget.count(m["content"]) for m in messages)  # noqa: E731
+                                        + budget.margin * len(messages))
     for m in messages[2:]:
         if total() + max_new <= budget.context_tokens:
             return
@@ -241,7 +242,7 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
         info["steps"] += 1
         _fit(messages, budget, a.max_tokens_action)
         try:
-            c = await ctx.llm.chat(messages, a.max_tokens_action, seed=seed, temperature=a.temperature,
+            c = await ctx.model.chat(messages, a.max_tokens_action, seed=seed, temperature=a.temperature,
                                    json_schema=AGENT_SCHEMA if a.guided_json else None)
         except RequestRejected as e:
             ctx.record(turn="action", observation_chars=0, raw_output="", parsed_action="",

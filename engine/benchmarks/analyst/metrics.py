@@ -47,8 +47,8 @@ def claim_verdicts(j: dict[str, str | None], report: str, b: Any) -> tuple[int |
         stored = scoring.stored_claims(j["claims"])
         if stored is None:
             return None, [], 1
-        verdicts = [j.get(f"claim:{i:02d}") for i in range(min(len(stored), b.max_claims))]
-        return len(stored), [None if v is None else v == "SUPPORTED" for v in verdicts], 0
+        answers = [j.get(f"claim:{i:02d}") for i in range(min(len(stored), b.max_claims))]
+        return len(stored), [None if v is None else v == "SUPPORTED" for v in answers], 0
     total, verdicts, failed = 0, [], 0
     for k, quota in enumerate(claim_chunks.quotas(len(chunks), b.max_claims)):
         stored = scoring.stored_claims(j.get(f"claims:{k}"))

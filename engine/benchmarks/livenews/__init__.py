@@ -15,9 +15,10 @@ from engine.benchmarks.livenews import agent, metrics
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import LiveQuestion, load
 from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
+from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version
-from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
+from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
 
 
 class LiveNewsBenchmark(BenchmarkBase):
@@ -30,7 +31,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
     curve = ("max_searches", "accuracy")
-    episode_fields = [
+    episode_fields: list[pa.Field[Any]] = [
         pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
         pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
         *[pa.field(n, pa.int32()) for n in ("max_searches", "max_visits", "n_searches", "n_visits",
@@ -39,7 +40,7 @@ class LiveNewsBenchmark(BenchmarkBase):
         pa.field("latest_result_date", pa.string()),
     ]
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, cfg: Config) -> None:
         b, a = cfg.benchmark, cfg.agent
         if b.source not in ("livenewsbench", "realtimeqa"):
             raise ConfigError(f"benchmark.source: must be livenewsbench or realtimeqa, got {b.source!r}")
@@ -62,13 +63,13 @@ class LiveNewsBenchmark(BenchmarkBase):
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
         if b.window_days is not None and (b.window_days < 0 or not b.date_window):
             raise ConfigError("benchmark.window_days: needs date_window=true and a value >= 0")
-        from engine.benchmarks.livenews.data import _path
+        from engine.paths import repo_path
 
         for key in (("pages",) if b.source == "realtimeqa" else ("questions", "pages")):
-            if not _path(getattr(b, key)).exists():
-                raise ConfigError(f"benchmark.{key}: {_path(getattr(b, key))} does not exist")
+            if not repo_path(getattr(b, key)).exists():
+                raise ConfigError(f"benchmark.{key}: {repo_path(getattr(b, key))} does not exist")
 
-    def load_tasks(self, cfg: Any) -> list[Any]:
+    def load_tasks(self, cfg: Config) -> list[Any]:
         questions, _ = load(cfg.benchmark)
         return [LiveTask(q, self.policy(cfg.benchmark, q)) for q in questions]
 
@@ -79,7 +80,7 @@ class LiveNewsBenchmark(BenchmarkBase):
         after = q.event_date - dt.timedelta(days=b.window_days) if b.date_window and b.window_days is not None else None
         return agent.WebPolicy(sorted(set(blocked)), after, before, b.results_per_query, b.visit_max_tokens)
 
-    def services(self, cfg: Any) -> list[ServiceSpec]:
+    def services(self, cfg: Config) -> list[ServiceSpec]:
         if cfg.agent.mode == "no_search":
             return []
         from engine.config import stable_hash, to_plain
@@ -148,4 +149,4 @@ class LiveTask:
         self.task_id = question.question_id
 
 
-BENCHMARK = LiveNewsBenchmark()
+BENCHMARK: Benchmark[LiveTask] = LiveNewsBenchmark()

@@ -85,7 +85,7 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
             regex = None
             if cfg.guided_actions:
                 regex = prompts.ACTION_REGEX if search_mode else prompts.FINISH_REGEX
-            comp = await ctx.llm.chat(messages, cfg.max_tokens_turn, seed=ctx.seed, regex=regex)
+            comp = await ctx.model.chat(messages, cfg.max_tokens_turn, seed=ctx.seed, regex=regex)
         except RequestRejected as e:
             ctx.record(turn="action", observation_chars=sum(len(m["content"]) for m in messages), raw_output="",
                        parsed_action="", result=f"generation failure: {e}", ok=False)
@@ -112,6 +112,7 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
             ctx.record(turn="action", observation_chars=obs_chars, raw_output=comp.text, parsed_action=parsed,
                        result=f"{action.kind} is not available without search", ok=False, **usage)
             break
+        assert web is not None          # search mode: the benchmark's web service
         if action.kind == "search":
             if t.searches + len(action.items) > cfg.max_searches:
                 reason = "budget_exceeded"

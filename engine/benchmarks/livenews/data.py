@@ -19,12 +19,15 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from engine import quarantine
-from engine.errors import BadDataError, DataError
-from engine.jsonl import field_date, field_id, field_str, read_jsonl
-from engine.quarantine import Quarantine, reject
+from engine.errors import BadDataError
+from engine.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed, read_unique
+from engine.paths import repo_path
+from engine.benchmarks.livenews.config import LivenewsBenchmarkConfig
+from engine.quarantine import Quarantine
 from indexes.web import WebPage, registered_domain
 
 log = logging.getLogger(__name__)
@@ -48,7 +51,7 @@ def _date(path: Path, row: int, field: str, raw: object) -> dt.date:
     return field_date(path, row, field, raw)
 
 
-def _text(path: Path, row: int, obj: dict, field: str, max_chars: int = MAX_QUESTION_CHARS) -> str:
+def _text(path: Path, row: int, obj: dict[str, Any], field: str, max_chars: int = MAX_QUESTION_CHARS) -> str:
     return field_str(path, row, obj, field, max_chars=max_chars)
 
 
@@ -59,7 +62,7 @@ def _url(path: Path, row: int, field: str, url: str) -> str:
     return url
 
 
-def _choices(path: Path, row: int, obj: dict, required: bool) -> tuple[str, ...]:
+def _choices(path: Path, row: int, obj: dict[str, Any], required: bool) -> tuple[str, ...]:
     choices = obj.get("choices")
     if choices is None and not required:
         return ()
@@ -72,14 +75,7 @@ def _choices(path: Path, row: int, obj: dict, required: bool) -> tuple[str, ...]
     return tuple(choices)
 
 
-def _no_duplicate(seen: dict[str, tuple[Path, int]], qid: str, path: Path, row: int, field: str) -> None:
-    if qid in seen:
-        first = seen[qid]
-        at = f"row {first[1]}" if first[0] == path else f"{first[0]}, row {first[1]}"
-        raise BadDataError("duplicate_id", path, row, field, f"duplicate question id {qid!r} (first at {at})")
-
-
-def _livenewsbench_row(path: Path, row: int, obj: dict) -> LiveQuestion:
+def _livenewsbench_row(path: Path, row: int, obj: dict[str, Any]) -> LiveQuestion:
     qid = obj.get("id")
     if qid is None:
         qid = f"lnb-{row}"
@@ -99,24 +95,17 @@ def _livenewsbench_row(path: Path, row: int, obj: dict) -> LiveQuestion:
                         _choices(path, row, obj, required=False))
 
 
+def _qid(q: LiveQuestion) -> str:
+    return q.question_id
+
+
 def load_livenewsbench(path: str | Path, bad: Quarantine | None = None) -> list[LiveQuestion]:
     """LiveNewsBench questions; with ``bad``, bad rows are recorded there and skipped."""
     path = Path(path)
-    out = []
-    seen: dict[str, tuple[Path, int]] = {}
-    for row, obj in read_jsonl(path, bad):
-        try:
-            q = _livenewsbench_row(path, row, obj)
-            _no_duplicate(seen, q.question_id, path, row, "id")
-        except DataError as e:
-            reject(bad, e, obj)
-            continue
-        seen[q.question_id] = (path, row)
-        out.append(q)
-    return out
+    return list(read_unique(path, bad, _livenewsbench_row, _qid, "id", UniqueIds("question id")))
 
 
-def _realtimeqa_question(qa: Path, row: int, obj: dict) -> LiveQuestion:
+def _realtimeqa_question(qa: Path, row: int, obj: dict[str, Any]) -> LiveQuestion:
     qid = field_id(qa, row, obj, "question_id")
     choices = _choices(qa, row, obj, required=True)
     answer = obj.get("answer")
@@ -136,7 +125,7 @@ def _realtimeqa_question(qa: Path, row: int, obj: dict) -> LiveQuestion:
                         registered_domain(_url(qa, row, "question_url", url)) if url else "", choices)
 
 
-def _realtimeqa_pages(gcs: Path, row: int, obj: dict) -> list[WebPage]:
+def _realtimeqa_pages(gcs: Path, row: int, obj: dict[str, Any]) -> list[WebPage]:
     results = obj.get("search_result")
     if results is None:
         raise BadDataError("missing_field", gcs, row, "search_result", "missing")
@@ -165,31 +154,18 @@ def load_realtimeqa(src: str | Path, bad: Quarantine | None = None) -> tuple[lis
     if not src.is_dir():
         raise BadDataError("missing_file", src, None, None, "dumps folder not found")
     questions: list[LiveQuestion] = []
-    seen: dict[str, tuple[Path, int]] = {}
+    seen = UniqueIds("question id")          # over all weeks
     for qa in sorted(src.glob("*_qa.jsonl*")):
-        for row, obj in read_jsonl(qa, bad):
-            try:
-                q = _realtimeqa_question(qa, row, obj)
-                _no_duplicate(seen, q.question_id, qa, row, "question_id")
-            except DataError as e:
-                reject(bad, e, obj)
-                continue
-            seen[q.question_id] = (qa, row)
-            questions.append(q)
+        questions += read_unique(qa, bad, _realtimeqa_question, _qid, "question_id", seen)
     pages: dict[str, WebPage] = {}
     for gcs in sorted(src.glob("*_gcs.jsonl*")):
-        for row, obj in read_jsonl(gcs, bad):
-            try:
-                found = _realtimeqa_pages(gcs, row, obj)
-            except DataError as e:
-                reject(bad, e, obj)
-                continue
+        for _, found in read_parsed(gcs, bad, _realtimeqa_pages):
             for page in found:
                 pages.setdefault(page.url, page)
     return questions, list(pages.values())
 
 
-def _page(path: Path, row: int, obj: dict) -> WebPage:
+def _page(path: Path, row: int, obj: dict[str, Any]) -> WebPage:
     url = _url(path, row, "url", _text(path, row, obj, "url"))
     text = _text(path, row, obj, "text", MAX_PAGE_CHARS)
     raw_date = obj.get("publish_date")
@@ -204,12 +180,7 @@ def load_pages(path: str | Path, bad: Quarantine | None = None) -> list[WebPage]
     path = Path(path)
     pages: dict[str, WebPage] = {}
     repeated = 0
-    for row, obj in read_jsonl(path, bad):
-        try:
-            page = _page(path, row, obj)
-        except DataError as e:
-            reject(bad, e, obj)
-            continue
+    for _, page in read_parsed(path, bad, _page):
         repeated += page.url in pages
         pages.setdefault(page.url, page)
     if repeated:
@@ -217,30 +188,22 @@ def load_pages(path: str | Path, bad: Quarantine | None = None) -> list[WebPage]
     return list(pages.values())
 
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def _path(p: str) -> Path:
-    q = Path(p)
-    return q if q.is_absolute() else REPO_ROOT / q
-
-
-def load(bench: object, pages_only: bool = False) -> tuple[list[LiveQuestion], list[WebPage]]:
+def load(bench: LivenewsBenchmarkConfig, pages_only: bool = False) -> tuple[list[LiveQuestion], list[WebPage]]:
     """Questions (cut to ``bench.limit``) and pages for a ``LivenewsBenchmarkConfig``; bad rows
     raise or are skipped as its ``on_bad_rows`` says. No questions at all is an error."""
-    source = getattr(bench, "source")
-    with quarantine.skipping(getattr(bench, "on_bad_rows", "error"), f"livenews {source} data") as bad:
+    source = bench.source
+    with quarantine.skipping(bench.on_bad_rows, f"livenews {source} data") as bad:
         if source == "realtimeqa":
-            questions, pages = load_realtimeqa(_path(getattr(bench, "pages")), bad)
-            where = _path(getattr(bench, "pages"))
+            where = repo_path(bench.pages)
+            questions, pages = load_realtimeqa(where, bad)
         elif source == "livenewsbench":
-            pages = load_pages(_path(getattr(bench, "pages")), bad)
-            where = _path(getattr(bench, "questions"))
+            pages = load_pages(repo_path(bench.pages), bad)
+            where = repo_path(bench.questions)
             questions = [] if pages_only else load_livenewsbench(where, bad)
         else:
             raise ValueError(f"benchmark.source: unknown source {source!r}")
     if not questions and not (pages_only and source == "livenewsbench"):
         raise BadDataError("empty_file", where, None, None,
                            "no questions" + (f" left after skipping {len(bad)} bad rows" if bad else ""))
-    limit = getattr(bench, "limit")
+    limit = bench.limit
     return (questions[:limit] if limit is not None else questions), pages

@@ -153,13 +153,13 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         groups[(c["data"], c["model"], json.dumps(rest, sort_keys=True))][c["agent"]["max_searches"]] = c
     budgets = sorted({b for g in groups.values() for b in g})
     rows = []
-    for (data, model, rest), g in sorted(groups.items()):
+    for (data, model, rest_json), g in sorted(groups.items()):
         if len(g) < 2:
             continue
         accs = [g[b]["m"]["accuracy"] if b in g else None for b in budgets]
         have = [a for a in accs if a is not None]
         lo, hi = min(g), max(g)
-        rows.append([model, _data_name(data), _setting(json.loads(rest)), str(json.loads(rest)["max_visits"]),
+        rows.append([model, _data_name(data), _setting(json.loads(rest_json)), str(json.loads(rest_json)["max_visits"]),
                      *map(_pct, accs),
                      f"{100 * (g[hi]['m']['accuracy'] - g[lo]['m']['accuracy']):+.1f}" if have else "-",
                      str(min(x["n"] for x in g.values()))])

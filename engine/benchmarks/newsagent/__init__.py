@@ -11,19 +11,19 @@ import pyarrow as pa
 from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
 from engine import quarantine
 from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
-from engine.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version
-from engine.protocol import BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
+from engine.paths import repo_path
+from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
 from indexes.corpus import Document
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 MODES = ("1-step", "2-step", "rule-based")
 
 
 def _data_dir(cfg: Any) -> Path:
-    p = Path(cfg.benchmark.data_dir)
-    return p if p.is_absolute() else REPO_ROOT / p
+    return repo_path(cfg.benchmark.data_dir)
 
 
 def _load(cfg: Any, limit: int | None = None) -> NewsDataset:
@@ -42,7 +42,7 @@ class NewsAgentBenchmark(BenchmarkBase):
     evaluation_fields = ("on_bad_rows",)
     primary_metrics = ("search_f1", "edit_f1")
     per_task_metric = "edit_f1"
-    episode_fields = [
+    episode_fields: list[pa.Field[Any]] = [
         pa.field("title", pa.string()), pa.field("release_date", pa.string()),
         pa.field("final_draft", pa.list_(pa.string())), pa.field("draft_ids", pa.list_(pa.string())),
         pa.field("retrieved_ids", pa.list_(pa.string())), pa.field("reference_ids", pa.list_(pa.string())),
@@ -57,7 +57,7 @@ class NewsAgentBenchmark(BenchmarkBase):
                             pairwise.json_schema, lambda task: task.reference_article,
                             prompt_version(pairwise.DIMENSION_PROMPT, pairwise.SINGLE_PROMPT))
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, cfg: Config) -> None:
         a = cfg.agent
         if a.mode not in MODES:
             raise ConfigError(f"agent.mode: must be one of {MODES}, got {a.mode!r}")
@@ -74,17 +74,17 @@ class NewsAgentBenchmark(BenchmarkBase):
         if not (d / "tasks.jsonl").exists() or not (d / "objects.jsonl").exists():
             raise ConfigError(f"benchmark.data_dir: {d} needs tasks.jsonl and objects.jsonl")
 
-    def load_tasks(self, cfg: Any) -> list[NewsTask]:
+    def load_tasks(self, cfg: Config) -> list[NewsTask]:
         return _load(cfg, cfg.benchmark.limit).tasks
 
-    def corpus(self, cfg: Any) -> list[Document]:
+    def corpus(self, cfg: Config) -> list[Document]:
         return [Document(o.object_id, o.text, o.date) for o in _load(cfg).objects]
 
     async def run_episode(self, task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
         return await agent.run_episode(task, ctx)
 
     def uses_model(self, agent_cfg: Any) -> bool:
-        return agent_cfg.mode != "rule-based"
+        return str(agent_cfg.mode) != "rule-based"
 
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
         return metrics.aggregate(rows)
@@ -93,4 +93,4 @@ class NewsAgentBenchmark(BenchmarkBase):
         return [metrics.episode_values(r) for r in rows]
 
 
-BENCHMARK = NewsAgentBenchmark()
+BENCHMARK: Benchmark[NewsTask] = NewsAgentBenchmark()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
 log = logging.getLogger(__name__)
 
 
-def _search_fn(ctx: EpisodeContext):
+def _search_fn(ctx: EpisodeContext) -> Callable[[str, dt.date], Awaitable[list[Retrieved]]]:
     async def search(query: str, before: dt.date) -> list[Retrieved]:
+        assert ctx.index is not None        # newsagent's corpus is indexed
         hits = (await ctx.index.search([query], [before], ctx.top_k, ctx.threshold))[0]
         return [Retrieved(h.doc_id, h.text, h.date, h.score) for h in hits]
     return search
@@ -44,7 +45,7 @@ async def _ask(env: NewsEnvironment, ctx: EpisodeContext, system: str, schema: d
     cfg = ctx.agent
     obs = prompts.observation(env, cfg.max_retrieved_in_observation, ask=ask)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": obs}]
-    comp = await ctx.llm.chat(messages, cfg.max_tokens_action, json_schema=schema if cfg.guided_json else None)
+    comp = await ctx.model.chat(messages, cfg.max_tokens_action, json_schema=schema if cfg.guided_json else None)
     return obs, messages, comp
 
 
@@ -75,7 +76,7 @@ async def _two_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str)
                result="chose " + kind, ok=True, tokens_in=comp.prompt_tokens, tokens_out=comp.completion_tokens,
                latency_s=comp.latency_s)
     messages += [{"role": "assistant", "content": comp.text}, {"role": "user", "content": ask}]
-    comp2 = await ctx.llm.chat(messages, cfg.max_tokens_action,
+    comp2 = await ctx.model.chat(messages, cfg.max_tokens_action,
                                json_schema=prompts.ARGS_SCHEMA[kind] if cfg.guided_json else None)
     try:
         action = parse_arguments(kind, first_json_object(comp2.text))
@@ -101,17 +102,19 @@ async def _rephrase(task: NewsTask, draft: list[str], ctx: EpisodeContext) -> tu
     """Rephrase with a traceability check; returns (article, attempts, untraceable share)."""
     cfg = ctx.agent
     evidence = list(task.firsthand) + draft
-    ev = await ctx.index.embed(evidence)
+    index = ctx.index
+    assert index is not None                # newsagent's corpus is indexed
+    ev = await index.embed(evidence)
     best: tuple[str, float] | None = None
     feedback: list[str] = []
     attempts = 0
     for attempts in range(1, cfg.rephrase_attempts + 1):
         user = prompts.rephrase_prompt(task, draft, feedback)
-        comp = await ctx.llm.chat([{"role": "system", "content": prompts.REPHRASE_SYSTEM},
+        comp = await ctx.model.chat([{"role": "system", "content": prompts.REPHRASE_SYSTEM},
                                    {"role": "user", "content": user}], cfg.rephrase_max_tokens)
         sentences = split_sentences(comp.text)
         if sentences:
-            sims = np.asarray(await ctx.index.embed(sentences)) @ np.asarray(ev).T
+            sims = np.asarray(await index.embed(sentences)) @ np.asarray(ev).T
             untraced = [s for s, b in zip(sentences, sims.max(axis=1)) if not b > cfg.trace_threshold]
             share = len(untraced) / len(sentences)
         else:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import BadDataError, DataError
-from engine.jsonl import field_date, field_id, field_list, field_str, read_jsonl
-from engine.quarantine import Quarantine, reject
+from engine.errors import BadDataError
+from engine.jsonl import field_date, field_id, field_list, field_str, read_unique
+from engine.quarantine import Quarantine
 
 OBJECT_KINDS = ("description", "caption", "quote")
 # Characters of one text field (an object's text, a firsthand item, a reference article).
@@ -87,20 +87,7 @@ def _object(path: Path, i: int, row: dict[str, Any]) -> HistoricalObject:
 
 def load_objects(path: Path, bad: Quarantine | None = None) -> list[HistoricalObject]:
     """The objects of ``objects.jsonl``; with ``bad``, bad rows are recorded there and skipped."""
-    objects: list[HistoricalObject] = []
-    seen: dict[str, int] = {}
-    for i, row in read_jsonl(path, bad):
-        try:
-            obj = _object(path, i, row)
-            if obj.object_id in seen:
-                raise BadDataError("duplicate_id", path, i, "object_id",
-                                   f"duplicate id {obj.object_id!r} (first at row {seen[obj.object_id]})")
-        except DataError as e:
-            reject(bad, e, row)
-            continue
-        seen[obj.object_id] = i
-        objects.append(obj)
-    return objects
+    return list(read_unique(path, bad, _object, lambda o: o.object_id, "object_id"))
 
 
 def _task(path: Path, i: int, row: dict[str, Any], objects: dict[str, HistoricalObject] | None) -> NewsTask:
@@ -130,20 +117,7 @@ def load_tasks(path: Path, objects: dict[str, HistoricalObject] | None = None,
                bad: Quarantine | None = None) -> list[NewsTask]:
     """The tasks of ``tasks.jsonl``, their reference evidence checked against ``objects`` when
     given; with ``bad``, bad rows are recorded there and skipped."""
-    tasks: list[NewsTask] = []
-    seen: dict[str, int] = {}
-    for i, row in read_jsonl(path, bad):
-        try:
-            task = _task(path, i, row, objects)
-            if task.task_id in seen:
-                raise BadDataError("duplicate_id", path, i, "task_id",
-                                   f"duplicate id {task.task_id!r} (first at row {seen[task.task_id]})")
-        except DataError as e:
-            reject(bad, e, row)
-            continue
-        seen[task.task_id] = i
-        tasks.append(task)
-    return tasks
+    return list(read_unique(path, bad, lambda p, i, row: _task(p, i, row, objects), lambda t: t.task_id, "task_id"))
 
 
 def load_dataset(root: str | Path, limit: int | None = None, bad: Quarantine | None = None) -> NewsDataset:

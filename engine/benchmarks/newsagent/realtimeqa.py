@@ -103,7 +103,7 @@ from typing import Any, Iterable
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
 from engine.errors import BadDataError, DataError
-from engine.jsonl import field_date, field_id, field_str, read_jsonl
+from engine.jsonl import UniqueIds, field_date, field_id, field_str, read_jsonl
 from engine.quarantine import ON_BAD_ROWS, Quarantine, check_mode, reject, write_quarantine_file
 
 log = logging.getLogger(__name__)
@@ -332,6 +332,12 @@ def _crawled_by(crawled: dt.datetime | None, cutoff: dt.datetime | None) -> bool
     return crawled is None or cutoff is None or crawled <= cutoff
 
 
+def _target_rank(a: _Article) -> tuple[int, int, str]:
+    """The target article of a question: the latest publish date, then the longest text, then the URL."""
+    assert a.date is not None       # only dated articles are eligible
+    return -a.date.toordinal(), -len(a.text), a.url
+
+
 @dataclass
 class _Article:
     url: str
@@ -391,13 +397,6 @@ def _week_files(src: Path, weeks: Iterable[Any] | None) -> list[tuple[str, Path,
     return [(w, pick(w, "qa"), pick(w, "gcs")) for w in names]
 
 
-def _no_duplicate(seen: dict[str, tuple[Path, int]], qid: str, path: Path, row: int) -> None:
-    if qid in seen:
-        first = seen[qid]
-        raise BadDataError("duplicate_id", path, row, "question_id",
-                           f"duplicate id {qid!r} (first at {first[0]}, row {first[1]})")
-
-
 def _gcs_row(path: Path, row: int, obj: dict[str, Any]) -> tuple[str, dt.datetime | None, list[_Article]]:
     """(question id, search time, one article per search result) of a gcs row, all checked
     before any of it is used (a bad result rejects its whole row)."""
@@ -424,31 +423,31 @@ def _gcs_row(path: Path, row: int, obj: dict[str, Any]) -> tuple[str, dt.datetim
 def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any], bad: Quarantine | None = None
           ) -> tuple[list[_Question], dict[str, _Article]]:
     questions: dict[str, _Question] = {}
-    where_q: dict[str, tuple[Path, int]] = {}
+    where_q = UniqueIds()
     for _, qa_path, _ in files:
         for row, obj in read_jsonl(qa_path, bad):
             try:
                 qid = field_id(qa_path, row, obj, "question_id")
-                _no_duplicate(where_q, qid, qa_path, row)
+                where_q.check(qid, qa_path, row, "question_id")
                 date = _parse_date(qa_path, row, "question_date", obj.get("question_date"))
             except DataError as e:
                 reject(bad, e, obj)
                 continue
-            where_q[qid] = (qa_path, row)
+            where_q.add(qid, qa_path, row)
             questions[qid] = _Question(qid, date)
 
     articles: dict[str, _Article] = {}
-    seen_gcs: dict[str, tuple[Path, int]] = {}
+    seen_gcs = UniqueIds()
     results = 0
     for _, _, gcs_path in files:
         for row, obj in read_jsonl(gcs_path, bad):
             try:
                 qid, crawled, found = _gcs_row(gcs_path, row, obj)
-                _no_duplicate(seen_gcs, qid, gcs_path, row)
+                seen_gcs.check(qid, gcs_path, row, "question_id")
             except DataError as e:
                 reject(bad, e, obj)
                 continue
-            seen_gcs[qid] = (gcs_path, row)
+            seen_gcs.add(qid, gcs_path, row)
             urls: list[str] = []
             for art in found:
                 url = art.url
@@ -585,6 +584,7 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
     dated = sorted((a for a in articles.values() if a.date is not None and a.paragraphs),
                    key=lambda a: (a.date, a.url))
     for a in dated:
+        assert a.date is not None
         for s in a.sentences(max_sentences):
             key = (normalize(s), a.date)
             if key in by_key:
@@ -607,14 +607,14 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
             skipped["no_search_results"] += 1
             continue
         eligible = [articles[u] for u in q.urls
-                    if articles[u].date is not None and articles[u].date <= q.date and articles[u].paragraphs]
+                    if (published := articles[u].date) is not None and published <= q.date and articles[u].paragraphs]
         in_time = [a for a in eligible if _crawled_by(a.crawled, q.crawled)]
         stats["targets_crawled_later"] += len(eligible) - len(in_time)
         eligible = in_time
         if not eligible:
             skipped["no_target_article"] += 1
             continue
-        target = min(eligible, key=lambda a: (-a.date.toordinal(), -len(a.text), a.url))
+        target = min(eligible, key=_target_rank)
         assert target.date is not None
         release = target.date
         if target.url not in target_cache:
@@ -624,9 +624,9 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
         firsthand: list[str] = []
         seen: set[str] = set()
         for s, hits in matched:
-            key = normalize(s)
-            if not hits and key not in seen:
-                seen.add(key)
+            norm = normalize(s)
+            if not hits and norm not in seen:
+                seen.add(norm)
                 firsthand.append(_render(s)[0])
         qurls = set(q.urls)
         refs = sorted({i for _, hits in matched for i in hits if objects[i].urls & qurls})

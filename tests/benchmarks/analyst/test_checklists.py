@@ -18,6 +18,7 @@ from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
 from engine.benchmarks.analyst.data import load_tasks
 from engine.errors import DataError
 from engine.llm import Endpoint
+from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 
 BENCH = get_benchmark("analyst")
@@ -116,8 +117,8 @@ def test_every_judge_scores_against_the_stored_checklist(tasks_dir):
     assert Path(res.path).name == f"crashes-2023-{reference_sha256(task.reference)[:12]}.json"
     assert not (tasks_dir / "crashes-2023" / "checklist.json").exists()
     _tasks.cache_clear()
-    row = {"episode_id": "e1", "task_id": "crashes-2023", "output": "# Report\n\nThe city had 2,767 crashes.\n",
-           "data": json.dumps({"tasks_dir": str(tasks_dir), "checklists_dir": str(store)})}
+    row = episode_row("analyst", episode_id="e1", output="# Report\n\nThe city had 2,767 crashes.\n",
+                      data=json.dumps({"tasks_dir": str(tasks_dir), "checklists_dir": str(store)}))
     stored = json.loads(Path(res.path).read_text())["criteria"]
     for judged in ({}, {"e1": {"claims:0": None}}):        # two judges, two histories: one rubric
         reqs = BENCH.judge_requests(row, judged)
@@ -139,10 +140,8 @@ def test_failed_build_leaves_the_score_missing_with_a_reason(tasks_dir):
     failed = json.loads((tasks_dir / "crashes-2023" / "checklist.failed.json").read_text())
     assert failed["generated_by"] == WHO and "criteria description here" in failed["raw_output_head"]
     _tasks.cache_clear()
-    row = {"episode_id": "e1", "task_id": "crashes-2023", "output": "# Report\n\nText.\n", "status": "ok",
-           "data": json.dumps({"tasks_dir": str(tasks_dir)}), "report_tokens": 5, "steps": 0, "code_runs": 0,
-           "tokens_in": 1, "tokens_out": 1, "finish_reason": "finish", "attempts": 1,
-           "judgements": {"claims:0": None}}
+    row = episode_row("analyst", episode_id="e1", output="# Report\n\nText.\n", report_tokens=5,
+                      data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={"claims:0": None})
     assert not [r for r in BENCH.judge_requests(row, {}) if r.key.startswith("criterion:")]
     m = {x.metric: x for x in BENCH.metrics([row])}
     assert "checklist_pct" not in m                                   # missing, never guessed
@@ -154,9 +153,8 @@ def test_failed_build_leaves_the_score_missing_with_a_reason(tasks_dir):
 
 def test_task_without_checklist_file_is_counted_not_dropped(tasks_dir):
     _tasks.cache_clear()
-    row = {"episode_id": "e1", "task_id": "crashes-2022", "output": "# Report\n", "status": "ok",
-           "data": json.dumps({"tasks_dir": str(tasks_dir)}), "report_tokens": 5, "steps": 0, "code_runs": 0,
-           "tokens_in": 1, "tokens_out": 1, "finish_reason": "finish", "attempts": 1, "judgements": {}}
+    row = episode_row("analyst", episode_id="e1", task_id="crashes-2022", output="# Report\n", report_tokens=5,
+                      data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={})
     m = {x.metric: x for x in BENCH.metrics([row])}
     assert "checklist_pct" not in m and m["checklist_missing_no_checklist"].value == 1.0
 

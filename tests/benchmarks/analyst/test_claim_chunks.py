@@ -7,15 +7,14 @@ import json
 
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
+from tests.factories import episode_row
 
 BENCH = get_benchmark("analyst")
 
 
 def _row(report: str, **bench) -> dict:
-    return {"episode_id": "e1", "task_id": "crashes-2023", "output": report, "status": "ok",
-            "data": json.dumps({"tasks_dir": "engine/benchmarks/analyst/sample_tasks", **bench}),
-            "report_tokens": 100, "steps": 0, "code_runs": 0, "tokens_in": 1, "tokens_out": 1,
-            "finish_reason": "finish", "attempts": 1}
+    return episode_row("analyst", episode_id="e1", output=report, report_tokens=100,
+                       data=json.dumps({"tasks_dir": "engine/benchmarks/analyst/sample_tasks", **bench}))
 
 
 def _doc(req) -> str:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from engine.benchmarks.analyst.sources import (ByteCounter, SourceText, chunk_sources, chunk_text, read_table,
                                                source_texts, summarise_table, token_counter)
 from engine.errors import DataError
-from engine.hosting.prepare_model import default_model_dir, is_prepared
 
 words = st.text(alphabet=st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), min_size=1, max_size=30)
 docs = st.lists(st.one_of(words, st.sampled_from(["\n", "\n\n", " ", "é" * 50, "x" * 300])), max_size=120).map("".join)
@@ -33,11 +32,8 @@ def test_chunks_fit_the_budget_and_lose_nothing_bytes(text, budget):
 
 
 @pytest.fixture(scope="module")
-def model_tokens():
-    d = default_model_dir()
-    if not is_prepared(d):
-        pytest.fail(f"the offline model is not prepared at {d}: run scripts/setup.sh")
-    return token_counter(str(d))
+def model_tokens(model_dir):
+    return token_counter(str(model_dir))
 
 
 @settings(max_examples=60, deadline=None)
@@ -81,15 +77,14 @@ def test_source_errors_name_the_file_and_row(tmp_path):
         source_texts(tmp_path)
 
 
-def test_episodes_loading_the_tokenizer_at_once_all_get_it():
+@pytest.mark.real            # a fresh interpreter importing transformers: slow, and it reads the model
+def test_episodes_loading_the_tokenizer_at_once_all_get_it(model_dir):
     """Episodes of a worker start together and load the tokenizer in threads; in a fresh process
     (transformers not yet imported) concurrent first imports used to fail with ImportError."""
     import subprocess
     import sys
 
-    d = default_model_dir()
-    if not is_prepared(d):
-        pytest.fail(f"the offline model is not prepared at {d}: run scripts/setup.sh")
+    d = model_dir
     code = ("import asyncio, sys\nfrom engine.benchmarks.analyst.sources import token_counter\n"
             "async def main():\n"
             "    got = await asyncio.gather(*(asyncio.to_thread(token_counter, sys.argv[1]) for _ in range(4)),\n"

@@ -19,6 +19,7 @@ from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from engine.services import LocalService
 from indexes.web import registered_domain
+from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 
 BENCH = get_benchmark("livenews")
@@ -180,17 +181,16 @@ def test_results_respect_window_and_blocklist(tasks, web):
 
 
 def test_grading_requests_and_tables(tasks):
-    row = {"episode_id": "e1", "finish_reason": "finish", "question": "Q?", "gold": "Buffalo Bills",
-           "output": "the Bills"}
+    row = episode_row("livenews", episode_id="e1", question="Q?", gold="Buffalo Bills", output="the Bills")
     (req,) = BENCH.judge_requests(row, {})
     assert "Gold target: Buffalo Bills" in req.messages[0]["content"] and "Predicted answer: the Bills" in req.messages[0]["content"]
     assert BENCH.judge_requests(row | {"finish_reason": "budget_exceeded"}, {}) == []
     assert BENCH.parse_judgement("grade", "A") == "CORRECT" and BENCH.parse_judgement("grade", "maybe") is None
 
     def ep(i, reason, grade, s, v):
-        return {"status": "ok", "finish_reason": reason, "judgements": {"grade": grade} if grade else {},
-                "gold": "Buffalo Bills", "output": "the buffalo bills!" if i == 0 else "x",
-                "n_searches": s, "n_visits": v, "n_refused_visits": 0, "n_turns": 2, "tokens_in": 10, "tokens_out": 5}
+        return episode_row("livenews", finish_reason=reason, judgements={"grade": grade} if grade else {},
+                           gold="Buffalo Bills", output="the buffalo bills!" if i == 0 else "x", n_searches=s,
+                           n_visits=v, n_turns=2, tokens_in=10, tokens_out=5)
     rows = [ep(0, "finish", "CORRECT", 1, 0), ep(1, "finish", "INCORRECT", 3, 2), ep(2, "budget_exceeded", None, 6, 0),
             ep(3, "finish", None, 2, 1)]
     m = {x.metric: x.value for x in BENCH.metrics(rows)}
@@ -231,8 +231,8 @@ def test_judge_probes_check_the_judge_itself(tasks):
 
     data = dumps(to_plain(LivenewsBenchmarkConfig()) | {"limit": None})
     t = tasks[0]
-    row = {"episode_id": "e1", "finish_reason": "budget_exceeded", "question": t.question.question,
-           "gold": t.question.answer, "output": "", "data": data, "task_id": t.task_id}
+    row = episode_row("livenews", episode_id="e1", finish_reason="budget_exceeded", question=t.question.question,
+                      gold=t.question.answer, output="", data=data, task_id=t.task_id)
     reqs = {r.key: r.messages[0]["content"] for r in BENCH.judge_requests(row, {})}
     assert set(reqs) == {"probe_gold", "probe_decoy"}           # probes even when the task failed
     assert f"Predicted answer: {t.question.answer}" in reqs["probe_gold"]
@@ -242,9 +242,8 @@ def test_judge_probes_check_the_judge_itself(tasks):
     assert BENCH.judge_requests(row | {"data": no_probe}, {}) == []
 
     def ep(gold_probe, decoy_probe):
-        return {"status": "ok", "finish_reason": "finish", "gold": "a", "output": "a", "n_searches": 0, "n_visits": 0,
-                "n_refused_visits": 0, "n_turns": 1, "tokens_in": 1, "tokens_out": 1,
-                "judgements": {"grade": "CORRECT", "probe_gold": gold_probe, "probe_decoy": decoy_probe}}
+        return episode_row("livenews", gold="a", output="a",
+                           judgements={"grade": "CORRECT", "probe_gold": gold_probe, "probe_decoy": decoy_probe})
     m = {x.metric: x.value for x in BENCH.metrics([ep("CORRECT", "CORRECT"), ep("CORRECT", "INCORRECT"),
                                                    ep("INCORRECT", None)])}
     assert m["judge_probe_gold_ok"] == pytest.approx(2 / 3) and m["judge_probe_decoy_ok"] == pytest.approx(1 / 3)

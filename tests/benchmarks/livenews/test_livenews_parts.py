@@ -97,12 +97,11 @@ def test_realtimeqa_loader_dedupes_pages(tmp_path):
 
 
 def test_unfinished_benchmark_folder_is_not_runnable(tmp_path, monkeypatch):
-    import engine.benchmarks as registry
     from engine.benchmarks import runnable_benchmarks
 
     (tmp_path / "halfbuilt").mkdir()
     (tmp_path / "halfbuilt" / "__init__.py").write_text('"""no BENCHMARK yet"""\n')
-    monkeypatch.setattr(registry, "__path__", [*registry.__path__, str(tmp_path)])
+    monkeypatch.setenv("DATELINE_BENCHMARKS", str(tmp_path))
     with pytest.raises(ConfigError, match="defines no BENCHMARK"):
         get_benchmark("halfbuilt")
     assert "halfbuilt" not in runnable_benchmarks()

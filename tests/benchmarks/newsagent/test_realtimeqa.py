@@ -406,6 +406,7 @@ def test_matching_rule_and_index_agree() -> None:
 # --- the real Q1 2023 slice --------------------------------------------------------------------------
 
 
+@pytest.mark.real(model=False)          # converts the whole real slice: ~15 s
 @pytest.mark.skipif(not SHARED_RTQA.exists(), reason="shared RealTime QA slice not present")
 def test_real_q1_slice(tmp_path: Path) -> None:
     stats = rtqa.convert(SHARED_RTQA, tmp_path / "rtqa")

@@ -15,15 +15,13 @@ from engine.benchmarks.newsagent import environment as E
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
 from engine.benchmarks.newsagent.metrics import aggregate, episode_scores, episode_values
+from tests.factories import episode_row
 
 
 def row(retrieved, draft, reference, **kw):
-    base = dict(status="ok", retrieved_ids=retrieved, draft_ids=draft, reference_ids=reference,
-                finish_reason="terminate", tokens_in=0, tokens_out=0, n_search=1, n_insert=len(draft),
-                n_remove=0, n_failed_insert=0, n_failed_remove=0, n_failed_parse=0, n_empty_search=0,
-                operations=1 + len(draft), rephrase_attempts=0, traceable=False)
-    base.update(kw)
-    return base
+    return episode_row("newsagent", **{"retrieved_ids": retrieved, "draft_ids": draft, "reference_ids": reference,
+                                       "tokens_in": 0, "tokens_out": 0, "n_search": 1, "n_insert": len(draft),
+                                       "operations": 1 + len(draft), **kw})
 
 
 ROWS = [

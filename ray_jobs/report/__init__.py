@@ -1,0 +1,83 @@
+"""``dateline report PATH... [--out DIR]``: one self-contained HTML page (plots embedded, and
+also saved as PNG next to it) and the same tables as Markdown, for any mix of run directories
+and pairwise directories.
+
+Every number that estimates something carries a 95% interval from a bootstrap that resamples
+tasks (``engine.stats``) and the count it rests on. Per run directory and benchmark: metrics per
+configuration, paired tests between configurations on the benchmark's primary metrics, its
+paper-layout tables, tokens and cost per episode, and the benchmark's curve (livenews: accuracy
+vs search budget) or per-task chart (analyst: checklist by task). Per pairwise directory: the
+win-rate matrix (heatmap), Bradley-Terry ratings, dimension-wise win/tie/loss shares, sign
+tests, position bias, judge failures, and agreement with human labels when a file is given.
+
+Computing and rendering are apart: ``compute_runs`` and ``compute_pairwise`` turn directories
+into sections (dataclasses of numbers, estimates and labels; prices by ``engine.cost``);
+``render_runs``, ``render_pairwise`` and ``plots`` put sections on a ``page.Page`` (Markdown,
+HTML, PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from engine.cost import Prices, parse_overrides
+from engine.errors import DataError
+from ray_jobs.report.compute_pairwise import load_verdicts, pairwise_section, read_human, sign_tests, stage_summaries
+from ray_jobs.report.compute_runs import run_sections
+from ray_jobs.report.page import Page
+from ray_jobs.report.plots import plot_names
+from ray_jobs.report.render_pairwise import render_pairwise, summary_text
+from ray_jobs.report.render_runs import render_benchmark
+
+__all__ = ["build", "main", "pairwise_summary", "read_human", "sign_tests", "load_verdicts", "plot_names"]
+
+
+def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Path | None = None,
+          prices: Mapping[str, Prices] | None = None, title: str = "dateline report", judge: str | None = None
+          ) -> Path:
+    """Write ``report.html``, ``report.md`` and the figures of ``paths`` to ``out``; the HTML's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    page = Page(out)
+    for p in map(Path, paths):
+        if (p / "comparisons").is_dir():
+            render_pairwise(page, pairwise_section(p, n_boot, human, prices))
+        elif (p / "episodes").is_dir():
+            for section in run_sections(p, n_boot, prices or {}, judge):
+                render_benchmark(page, section)
+        else:
+            raise DataError(p, None, None, "neither a run directory (episodes/) nor a pairwise directory (comparisons/)")
+    return page.write(title)
+
+
+def pairwise_summary(root: Path) -> str:
+    """Markdown: win rates and Bradley-Terry per judge and protocol (for the end of a stage)."""
+    return summary_text(stage_summaries(root))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dateline report", description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("paths", nargs="+", help="run directories and/or pairwise directories")
+    ap.add_argument("--out", help="output folder (default: the first path's report/)")
+    ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    ap.add_argument("--human", help="JSON Lines of human preferences for agreement (pairwise)")
+    ap.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT[,HOUR[,UNITS]]",
+                    help="price a model (overrides what its runs recorded): a hosted model by its name, an "
+                         "API judge by its judge.name or judge.model; repeatable")
+    ap.add_argument("--judge", help="show only this judge's numbers (its id, an id prefix, or its model name); "
+                                    "default: every judge, each in its own block")
+    ap.add_argument("--title", default="dateline report")
+    # ``judge=X`` as at metrics time (``dateline metrics RUN BENCH judge=X``) is --judge X
+    a = ap.parse_args([f"--judge={x[6:]}" if x.startswith("judge=") else x for x in (argv or [])])
+    try:
+        prices = parse_overrides(a.price)
+    except ValueError as e:
+        ap.error(str(e))
+    out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge)
+    sys.stdout.write(f"{path}\n{out / 'report.md'}\n")
+    return 0

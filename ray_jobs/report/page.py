@@ -1,0 +1,112 @@
+"""The report page: Markdown and HTML assembled side by side, figures saved as PNG next to them
+and embedded in the HTML, and the number formats every section uses."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from engine import stats
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+Cell = str | int | float
+
+
+@dataclass
+class Page:
+    out: Path
+    md: list[str] = field(default_factory=list)
+    html: list[str] = field(default_factory=list)
+    figures: int = 0
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.md.append(f"{'#' * level} {text}\n")
+        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def para(self, text: str) -> None:
+        self.md.append(text + "\n")
+        self.html.append(f"<p>{html.escape(text)}</p>")
+
+    def strong(self, text: str) -> None:
+        """A paragraph in bold (warnings a reader must not miss, e.g. self-judged numbers)."""
+        self.md.append(f"**{text}**\n")
+        self.html.append(f"<p><b>{html.escape(text)}</b></p>")
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
+        cells = [[str(c) for c in r] for r in rows]
+        self.md.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+                       + "".join("| " + " | ".join(r) + " |\n" for r in cells))
+        self.html.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                                   for r in cells) + "</table>")
+
+    def markdown_table(self, md: str) -> None:
+        """A table a benchmark wrote as Markdown (its paper layout), as is and as HTML."""
+        self.md.append(md + "\n")
+        self.html.append(md_table_html(md))
+
+    def figure(self, fig: Figure, name: str, caption: str) -> None:
+        import matplotlib.pyplot as plt
+
+        self.figures += 1
+        fname = f"fig{self.figures:02d}-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        data = buf.getvalue()
+        (self.out / fname).write_bytes(data)
+        self.md.append(f"![{caption}]({fname})\n\n*{caption}*\n")
+        self.html.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
+                         f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>')
+
+    def write(self, title: str) -> Path:
+        (self.out / "report.md").write_text(f"# {title}\n\n" + "\n".join(self.md))
+        page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}}
+h1{{border-bottom:2px solid #333}} h2{{margin-top:2em;border-bottom:1px solid #ccc}} h3{{margin-top:1.4em}}
+table{{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em}}
+th,td{{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}} th{{background:#f3f3f3}}
+tr:nth-child(even) td{{background:#fafafa}} figure{{margin:1em 0}} img{{max-width:100%}}
+figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}}
+</style></head><body><h1>{html.escape(title)}</h1>
+{chr(10).join(self.html)}
+</body></html>"""
+        path = self.out / "report.html"
+        path.write_text(page)
+        return path
+
+
+def md_table_html(md: str) -> str:
+    lines = [ln for ln in md.strip().splitlines() if ln.startswith("|")]
+    if len(lines) < 2:
+        return f"<pre>{html.escape(md)}</pre>"
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
+    head, body = cells[0], cells[2:]
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def num(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    a = abs(v)
+    if a >= 1 and float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 1000 else f"{v:,.0f}"
+
+
+def est(e: stats.Estimate) -> str:
+    if math.isnan(e.value):
+        return "n/a"
+    ci = "" if math.isnan(e.lo) else f" [{num(e.lo)}, {num(e.hi)}]"
+    return f"{num(e.value)}{ci} (n={e.n})"

@@ -1,0 +1,120 @@
+"""A pairwise directory's sections (``compute_pairwise``) on the page, and the short text summary
+printed at the end of a pairwise stage."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from engine.judges import SELF_JUDGED
+from ray_jobs.report import plots
+from ray_jobs.report.compute_pairwise import (Agreement, Dimensions, JudgingCost, PairwiseSection, ProtocolSection,
+                                              Ratings, SignTest, StageSummary)
+from ray_jobs.report.page import Page, est
+
+
+def render_pairwise(page: Page, s: PairwiseSection) -> None:
+    page.heading(f"Pairwise judging: {s.root}")
+    page.table(["system", "label", "run"], [[x["system_id"], x["label"], x["run_dir"] or "(task data)"]
+                                           for x in s.systems])
+    if s.cost is not None:
+        render_cost(page, s.cost)
+    for p in s.protocols:
+        render_protocol(page, p)
+
+
+def render_cost(page: Page, c: JudgingCost) -> None:
+    page.para(f"Judging cost over {c.stage_runs} stage run(s): {c.tokens_in:,.0f} prompt / {c.tokens_out:,.0f} "
+              f"completion tokens, {c.replica_s / 3600:.3f} replica hours, ${c.usd:.4f} at the configured prices.")
+    last = c.latest
+    page.para(f"Latest stage: {last.get('comparisons')} comparisons ({last.get('skipped_pairs')} pair-tasks "
+              f"skipped because a text was missing), judge {last.get('judge')}, "
+              f"seed {(last.get('config') or {}).get('seed')}, both orders: "
+              f"{(last.get('config') or {}).get('both_orders')}.")
+
+
+def render_protocol(page: Page, p: ProtocolSection) -> None:
+    v, names = p.verdicts, p.names
+    page.heading(f"{v.protocol} protocol, judge {v.judge}", 3)
+    if p.self_judged_model:
+        page.strong(f"{SELF_JUDGED.upper()}: the judge ({p.self_judged_model}) is the model of a compared system, "
+                    f"so it judged pairs it is in; these verdicts are not a measurement of quality.")
+    page.para(f"{len(v.values)} verdicts over {len({c['task_id'] for c in v.comparisons})} tasks; {p.failed} failed "
+              f"(malformed after every retry; excluded, not guessed).")
+    if p.position is not None:
+        pos = p.position
+        consistent = ("n/a (judge with both_orders=true to measure)" if not pos.pairs_both_orders else
+                      f"{pos.consistent_share * 100:.1f}% of {int(pos.pairs_both_orders)} pairs")
+        page.para(f"Position: the first article won {est(pos.first_wins)} of verdicts (0.5 = no position "
+                  f"preference). Same winner when the order is swapped: {consistent}.")
+        if pos.pairs_both_orders and pos.consistent_share < 0.5:
+            page.para("Warning: most verdicts did not survive swapping the order: this judge follows the "
+                      "position, not the articles, and the win rates below measure that.")
+    if p.ratings is not None:
+        render_ratings(page, p.ratings, names, v.protocol)
+    if p.sign_tests is not None:
+        render_sign_tests(page, p.sign_tests, names)
+    if p.dimensions is not None:
+        render_dimensions(page, p.dimensions, names, v.protocol)
+    if p.agreement is not None:
+        render_agreement(page, p.agreement)
+
+
+def render_ratings(page: Page, r: Ratings, names: list[str], protocol: str) -> None:
+    M, lo, hi, N = r.win, r.win_lo, r.win_hi, r.comparisons
+    page.figure(plots.winrate_figure(r, names), f"winrate-{protocol}",
+                f"Win rate (%) of the row system over the column system ({protocol} protocol), 95% bootstrap "
+                f"interval over tasks")
+    k = len(names)
+    page.table(["row \\ column", *names],
+               [[names[i], *[("" if i == j or N[i, j] == 0 else
+                              f"{M[i, j] * 100:.1f} [{lo[i, j] * 100:.1f}, {hi[i, j] * 100:.1f}] (n={int(N[i, j])})")
+                             for j in range(k)]] for i in range(k)])
+    page.para("Bradley-Terry ratings from every pairwise outcome (one virtual tie per pair that met keeps "
+              "ratings finite); Elo scale: 400 points = 10:1 odds, centred on 1000.")
+    elo, elo_lo, elo_hi = r.elo
+    page.table(["rank", "system", "BT log-strength", "Elo", "wins / comparisons"],
+               [[n + 1, names[i], f"{r.theta[i]:.2f} [{r.theta_lo[i]:.2f}, {r.theta_hi[i]:.2f}]",
+                 f"{elo[i]:.0f} [{elo_lo[i]:.0f}, {elo_hi[i]:.0f}]", f"{r.wins[i].sum():g} / {r.games[i].sum():g}"]
+                for n, i in enumerate(r.rank)])
+
+
+def render_sign_tests(page: Page, tests: list[SignTest], names: list[str]) -> None:
+    page.para("Sign tests count one outcome per (task, pair): a pair judged in both orders is combined first "
+              "(agreeing verdicts give a win, disagreeing ones a tie), since its two verdicts are not "
+              "independent; ties are dropped. p-values are Holm-adjusted over the "
+              f"{sum(not math.isnan(t[4]) for t in tests)} pairs of this table (family-wise error 5% at p < 0.05).")
+    page.table(["A", "B", "A wins - B wins (pairs)", "ties", "sign test p (two-sided)", "p (Holm)"],
+               [[names[a], names[b], f"{w} - {lo}", ties, f"{p:.3g}", f"{ph:.3g}"]
+                for a, b, w, lo, p, ph, ties in tests])
+
+
+def render_dimensions(page: Page, d: Dimensions, names: list[str], protocol: str) -> None:
+    page.para("Dimension-wise outcomes (Figure 4): % of A wins / ties / B wins per dimension; n counts the "
+              "verdicts that judged the dimension (a partial verdict leaves some out).")
+    page.table(["A", "B", *d.dims, "Overall"],
+               [[names[a], names[b], *[f"{x[0] * 100:.0f} / {x[1] * 100:.0f} / {x[2] * 100:.0f} (n={x[3]})"
+                                       if x[3] else "n/a" for x in shares]] for (a, b), shares in d.shares.items()])
+    page.figure(plots.dimensions_figure(d, names), f"dimensions-{protocol}",
+                f"Per-dimension win / tie / loss shares ({protocol} protocol)")
+
+
+def render_agreement(page: Page, a: Agreement) -> None:
+    page.para(f"Agreement with human labels ({a.file}): {est(a.estimate)}; {a.ties} human ties excluded, "
+              f"{a.without_verdict} labelled pairs without a verdict excluded (appendix C.3: exact match on "
+              f"non-tied pairs).")
+
+
+def summary_text(summaries: list[StageSummary]) -> str:
+    """Markdown: win rates and Bradley-Terry per judge and protocol."""
+    out = []
+    for s in summaries:
+        names, M = s.names, s.win
+        out.append(f"{s.protocol} / {s.judge}: {s.verdicts} verdicts")
+        out.append("win rate (row over column, %): " + "; ".join(
+            f"{names[i]} > {names[j]}: {M[i, j] * 100:.0f}" for i, j in itertools.permutations(range(len(names)), 2)
+            if not math.isnan(M[i, j])))
+        out.append("Bradley-Terry: " + ", ".join(f"{names[i]} {s.theta[i]:+.2f}" for i in np.argsort(-s.theta)))
+    return "\n".join(out) or "no verdicts yet"

@@ -1,0 +1,96 @@
+"""A run directory's sections (``compute_runs``) on the page: text, tables and figures."""
+
+from __future__ import annotations
+
+import math
+
+from engine.judges import SELF_JUDGED, self_judged_note
+from ray_jobs.report import plots
+from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, JudgedBlock
+from ray_jobs.report.page import Cell, Page, est, num
+
+
+def render_benchmark(page: Page, s: BenchmarkSection) -> None:
+    page.heading(f"{s.name}: {s.root}")
+    page.para(f"{len(s.groups)} configuration(s); {sum(len(g.rows) for g in s.groups)} episodes. Intervals: 95% "
+              f"bootstrap over tasks ({s.n_boot} resamples); n = episodes behind the value.")
+    page.table(["configuration", "config hash", "episodes (ok / error)", "tasks"],
+               [[g.label, g.config_hash, f"{sum(r['status'] == 'ok' for r in g.rows)} / "
+                 f"{sum(r['status'] != 'ok' for r in g.rows)}", len({r['task_id'] for r in g.rows})]
+                for g in s.groups])
+    if s.no_match:
+        page.para(f"No judgements by a judge matching {s.judge_filter!r} (judges here: "
+                  f"{', '.join(sorted(s.judges)) or 'none'}).")
+    for b in s.blocks:
+        level = 3
+        if b.judge:
+            info = b.judge_info
+            page.heading(f"Judge {b.judge}", 3)
+            page.para(f"Every judge-based number in this block comes from this judge alone: model "
+                      f"{info.get('model', '?')}, endpoint {info.get('kind') or 'not recorded'}, prompt version "
+                      f"{info.get('prompt') or 'not recorded'}. Configurations judged by another judge appear in "
+                      f"that judge's block.")
+            if b.self_judged:
+                page.strong(f"{SELF_JUDGED.upper()}: " + self_judged_note(info.get("model", b.judge)))
+            level = 4
+        render_block(page, s.name, b, level)
+    page.heading("Tokens and cost", 3)
+    page.table(["configuration", "tokens per episode (in+out)", "replica hours (this config's runs)", "prices",
+                "cost per episode", "run cost (generation + judge)"], [cost_cells(c) for c in s.costs])
+    if s.tokens is not None:
+        priced = " and cost" if s.tokens.cost else ""
+        page.figure(plots.tokens_figure(s.tokens), f"{s.name}-tokens-cost",
+                    f"{s.name}: tokens{priced} per episode, by configuration")
+
+
+def cost_cells(row: CostRow) -> list[Cell]:
+    c, p = row.cost, row.cost.prices
+    if row.per_episode is not None:
+        ce = row.per_episode
+        cost_ep = f"${ce.value:.4f} [{ce.lo:.4f}, {ce.hi:.4f}]" if not math.isnan(ce.lo) else f"${ce.value:.4f}"
+        total = f"${c.total:.4f}"
+    else:
+        cost_ep = total = "no prices configured"
+    return [row.label, est(row.tokens), f"{c.uptime_s / 3600:.3f}" if c.recorded else "not recorded",
+            f"in {p.input_per_mtok:g} / out {p.output_per_mtok:g} per Mtok; {p.gpu_hour:g} per unit-hour "
+            f"x {p.units_per_replica:g}", cost_ep, total]
+
+
+def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
+    """Metrics with intervals, paired tests, paper tables and plots of one judge's block."""
+    page.heading("Metrics", level)
+    rows: list[list[Cell]] = []
+    for m in b.metrics:
+        cells: list[Cell] = []
+        for g in b.groups:
+            e = b.estimates[g.config_hash].get(m)
+            v = b.plain[g.config_hash].get(m)
+            cells.append(est(e) if e is not None else f"{num(v[0])} (n={v[1]})" if v else "")
+        rows.append([m, *cells])
+    page.table(["metric", *[g.label + (f" [{SELF_JUDGED}]" if g.self_judged else "") for g in b.groups]], rows)
+    if b.paired is not None:
+        page.heading("Paired comparisons", level)
+        page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
+                  "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
+                  "permutation test. With few tasks trust the p-value over the interval: a percentile "
+                  "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
+                  "2 / 2^(tasks with a difference).")
+        page.table(["metric", "A", "B", "A - B", "p", "tasks"],
+                   [[r.metric, r.a, r.b, f"{num(r.test.mean_diff)} [{num(r.test.lo)}, {num(r.test.hi)}]",
+                     f"{r.test.p_value:.3g}", r.test.n_tasks] for r in b.paired])
+    for title, md in b.paper_tables.items():
+        page.heading(f"Paper layout: {title}", level)
+        if b.self_judged and b.groups[0].judge:
+            page.strong(f"{SELF_JUDGED.upper()}: judge-based columns of this table were graded by the model under test.")
+        page.markdown_table(md)
+    if b.curve is not None:
+        c = b.curve
+        page.figure(plots.curve_figure(c), f"{name}-curve",
+                    f"{name}: {c.metric} vs {c.xfield} (95% bootstrap intervals over tasks)")
+        page.table(["series", "model / other settings", c.xfield, c.metric],
+                   [[f"series {i + 1}", key[:120], num(x), est(e)]
+                    for i, (key, pts) in enumerate(c.series) for x, e in pts])
+    if b.per_task is not None:
+        pt = b.per_task
+        page.figure(plots.per_task_figure(pt, [g.label for g in b.groups]), f"{name}-{pt.metric}-by-task",
+                    f"{name}: {pt.metric} by task (mean over seeds)")

@@ -1,0 +1,68 @@
+"""Helpers shared by test modules (what conftest.py needs too lives here, so it is imported once)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# DATELINE_CI=1 (scripts/test.sh): the full suite. Real-model tests fail instead of skipping
+# when the model is missing, and the fuzz tests draw their full example counts.
+FULL = os.environ.get("DATELINE_CI") == "1"
+
+
+def ray_temp_dir() -> Path:
+    """Ray's temp dir in this test run (``$RAY_TMPDIR/ray``, set per run by conftest.py): its
+    ``session_*`` folders and the ``ray_current_cluster`` file."""
+    return Path(os.environ["RAY_TMPDIR"]) / "ray"
+
+
+def prepared_model_dir() -> Path:
+    """The prepared offline model's folder. Not prepared: the test is skipped, naming the folder
+    and the command that prepares it; under ``DATELINE_CI=1`` it fails instead."""
+    from engine.hosting.prepare_model import default_model_dir, is_prepared
+
+    d = default_model_dir()
+    if is_prepared(d):
+        return d
+    why = (f"the offline model is not prepared: {d} has no dateline-source.json of the pinned GGUF; "
+           "prepare it with `bash scripts/setup.sh`")
+    if FULL:
+        pytest.fail(why + " (DATELINE_CI=1: the full suite runs every real-model test)", pytrace=False)
+    pytest.skip(why)
+
+
+def run_module(module: str, *args: str, timeout: float, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m module args...`` from the repository root, with Ray's usage stats and auth off,
+    output captured as text (``dateline run`` is ``run_module("ray_jobs.run", ...)``)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **kw.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def livenews_responder(grade: str | None = None):
+    """A scripted livenews model: Search, Click the first result, Finish "Buffalo Bills". As the
+    grader it answers ``A`` (correct) for every answer, or, with ``grade="Buffalo Bills"``, only
+    for that one and ``B`` otherwise."""
+    def respond(messages: list[dict[str, Any]], req: dict[str, Any]) -> str:
+        if "Gold target:" in messages[0]["content"]:              # the grader
+            return "A" if grade is None or f"Predicted answer: {grade}" in messages[0]["content"] else "B"
+        turn = sum(m["role"] == "assistant" for m in messages)
+        if turn == 0:
+            return "Search.\n```action\ntype: Search\nDamar Hamlin\n```"
+        urls = re.findall(r"URL: (\S+)", messages[-1]["content"])
+        if turn == 1 and urls:
+            return f"Read it.\n```action\ntype: Click\n{urls[0]}\n```"
+        return "Done.\n```action\ntype: Finish\nBuffalo Bills\n```"
+
+    return respond
+
+
+# for a hosted fake server (``FAKE_VLLM_RESPONDER=tests.helpers:livenews_script``): grades only "Buffalo Bills" right
+livenews_script = livenews_responder(grade="Buffalo Bills")
