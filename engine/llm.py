@@ -334,7 +334,8 @@ class Router:
         return EpisodeClient(self, episode_id)
 
     async def wait_for_health(self, deadline: float) -> None:
-        """Until some replica answers ``/health`` (or the deadline): a restarted server."""
+        """Until some replica answers ``/health`` (or the deadline): a restarted server. Probed
+        every ``recheck_s`` (it was a fixed 5 s, whatever ``recheck_s`` said)."""
         import httpx
 
         async with httpx.AsyncClient(timeout=5.0) as http:
@@ -347,7 +348,7 @@ class Router:
                             return
                     except httpx.HTTPError:
                         pass
-                await asyncio.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+                await asyncio.sleep(min(self.recheck_s, max(0.0, deadline - time.monotonic())))
 
     async def close(self) -> None:
         for c in self._clients.values():

@@ -18,10 +18,17 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# PYTHONDONTWRITEBYTECODE=1 is set on these machines and in CI: nothing wrote the repository's
+# .pyc files, so every pytest worker, sandbox snippet and Ray worker compiled its 27k lines again
+# (3.5 s of CPU per process). Tests write them (under the ignored __pycache__ folders); every later
+# process reads them, whatever its own setting.
+sys.dont_write_bytecode = False
 
 from tests.helpers import REPO, prepared_model_dir, ray_temp_dir
 

@@ -147,3 +147,63 @@ def test_local_cluster_is_sized_for_the_whole_run_whichever_stage_starts_it():
     assert needed_cpus(judged, get_benchmark("newsagent")) == cpus(judged, replica=True)  # the hosted self-judge
     # the workers are counted even when the first stage to start Ray is the judge's
     assert needed_cpus(judged, get_benchmark("newsagent")) > judged.model.num_cpus + judged.index.num_cpus
+
+
+# Override sets the suite composes (group choices, values, `+` additions, lists, pairwise), and
+# ones Hydra refuses. The cached compose must give exactly what a plain Hydra compose gives.
+SAME_AS_HYDRA = [
+    ("config", []),
+    ("config", ["benchmark=analyst", "agent=analyst_agentic", "agent.preview_rows=7"]),
+    ("config", ["benchmark=livenews", "agent=livenews", "agent.max_searches=7", "run.dir=/tmp/x"]),
+    ("config", ["model=openai_compatible", "model.base_url=http://127.0.0.1:1/v1", "model.api_key_env=",
+                "model.reproducible=true"]),
+    ("config", ["model.reproducible=true", "model=gpu_8b"]),            # a value before its group choice
+    ("config", ["cluster=existing", "+cluster.runtime_env.working_dir=/wd",
+                "+cluster.runtime_env.env_vars={HF_HUB_OFFLINE:'0',EXTRA:x}"]),
+    ("config", ["benchmark=livenews", "agent=livenews", "judge=hosted_model", "judge.hosted_model.name=judge-b",
+                "judge.hosted_model.served_name=judge-b"]),
+    ("config", ["agent.mode=rule-based", "judge=none", "run.dir=/tmp/a", "run.dir=/tmp/b"]),   # last one wins
+    ("config", ["run.budget.max_usd=1.5", "+cluster.worker_resources={accel:1}", "cluster.num_workers=3"]),
+    ("pairwise", ["runs=[/tmp/a,/tmp/b]", "out=/tmp/o", "judge=none", "seed=5"]),
+    ("pairwise", ["runs=[x]", "protocol=holistic", "judge.max_attempts=2"]),
+]
+REFUSED_BY_HYDRA = [
+    ["model.no_such_field=1"], ["no_such_group=x"], ["model=no_such_model"], ["agent.max_operations=1,2"],
+    ["~model.name"], ["run.dir"], ["cluster.worker_resources={accel:1}"],
+]
+
+
+@pytest.mark.parametrize(("name", "overrides"), SAME_AS_HYDRA)
+def test_cached_compose_equals_hydra(name, overrides):
+    from ray_jobs.configs import _compose, _compose_uncached
+
+    assert _compose(name, overrides) == _compose_uncached(name, overrides)
+    assert _compose(name, overrides) == _compose_uncached(name, overrides)          # from the cache
+
+
+@pytest.mark.parametrize("overrides", REFUSED_BY_HYDRA)
+def test_cached_compose_refuses_what_hydra_refuses(overrides):
+    from ray_jobs.configs import _compose, _compose_uncached
+
+    with pytest.raises(Exception) as plain:
+        _compose_uncached("config", overrides)
+    with pytest.raises(Exception) as cached:
+        _compose("config", overrides)
+    assert (type(cached.value), str(cached.value)) == (type(plain.value), str(plain.value))
+
+
+def test_cached_compose_sees_an_edited_yaml_file(tmp_path, monkeypatch):
+    import shutil
+
+    import ray_jobs.configs as configs
+
+    conf = tmp_path / "conf"
+    shutil.copytree(configs.CONF_DIR, conf)
+    monkeypatch.setattr(configs, "CONF_DIR", str(conf))
+    first = configs._compose("config", ["model=openai_compatible"])
+    f = conf / "model" / "openai_compatible.yaml"
+    f.write_text(f.read_text() + "\nrequest_timeout_s: 4321\n")
+    import os
+    os.utime(f, ns=(f.stat().st_mtime_ns + 10**9,) * 2)          # a new mtime even on a coarse clock
+    again = configs._compose("config", ["model=openai_compatible"])
+    assert first.model.request_timeout_s != 4321 and again.model.request_timeout_s == 4321

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any, Callable
 
 import pyarrow.parquet as pq
 import pytest
@@ -100,6 +101,28 @@ def test_a_call_waits_for_a_restarted_server():
         asyncio.run(go0())
 
 
+class Hold:
+    """A responder that can hold every model call: while a worker restarts, the live worker
+    cannot drain the queue, so whether the restarted worker takes episodes again does not
+    depend on how fast this machine restarts a process."""
+
+    def __init__(self, inner: Callable[[list[dict[str, Any]], dict[str, Any]], str], delay_s: float) -> None:
+        self.inner = inner
+        self.delay_s = delay_s          # after the hold: a call that arrived before it is never held
+        self.released = threading.Event()
+        self.released.set()
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: list[dict[str, Any]], req: dict[str, Any]) -> str:
+        if not self.released.is_set():
+            with self._lock:
+                self.held += 1
+            self.released.wait(180)
+        time.sleep(self.delay_s)
+        return self.inner(messages, req)
+
+
 def _kill_actor_when(srv: FakeOpenAI, after_requests: int, marker: str, killed: list[int]) -> None:
     import psutil
 
@@ -121,21 +144,38 @@ def _kill_actor_when(srv: FakeOpenAI, after_requests: int, marker: str, killed: 
 @pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_a_killed_worker_restarts_and_its_episodes_are_stored_exactly_once(tmp_path):
-    with FakeOpenAI(responder, delay_s=0.4) as srv:
+    hold = Hold(responder, delay_s=0.4)
+    per_worker = 3
+    with FakeOpenAI(hold) as srv:
         cfg = compose(["benchmark=livenews", "agent=livenews", "model=openai_compatible",
                        f"model.base_url={srv.base_url}", "model.name=fake", "model.api_key_env=",
                        f"run.dir={tmp_path}", "run.progress=false", "cluster.num_cpus=4", "cluster.num_workers=2",
-                       "cluster.episodes_per_worker=3", "judge=none", "run.num_seeds=2"])
+                       f"cluster.episodes_per_worker={per_worker}", "judge=none", "run.num_seeds=2"])
         killed: list[int] = []
-        killer = threading.Thread(target=_kill_actor_when, args=(srv, 6, "EpisodeWorker", killed))
+        restarted_asked = threading.Event()
+
+        def kill_then_hold() -> None:
+            _kill_actor_when(srv, 6, "EpisodeWorker", killed)
+            hold.released.clear()
+            # the live worker holds at most `per_worker` calls; one more is the restarted worker's
+            deadline = time.time() + 180
+            while time.time() < deadline and hold.held <= per_worker:
+                time.sleep(0.05)
+            if hold.held > per_worker:
+                restarted_asked.set()
+            hold.released.set()
+
+        killer = threading.Thread(target=kill_then_hold)
         killer.start()
         session = Session()
         try:
             info = run(cfg, session)
         finally:
+            hold.released.set()
             killer.join()
             session.close()
     assert killed, "no worker process was found to kill"
+    assert restarted_asked.is_set(), f"the restarted worker sent no model call within 180 s ({hold.held} held)"
     assert info["requeued"] >= 1
     store = EpisodeStore(tmp_path, LIVE.episode_fields)
     eps = store.episodes().to_pylist()
