@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 USAGE = """usage:
   dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
@@ -37,44 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "run":
         from ray_jobs.run import hydra_entry
 
-        sys.argv = [sys.argv[0], *rest]
-        hydra_entry()
-        return 0
+        return _hydra(hydra_entry, rest)
     if cmd == "estimate":
         from ray_jobs.estimate import main as estimate_main
 
         return estimate_main(rest)
     if cmd == "metrics":
-        from engine.benchmarks import get_benchmark
-        from engine.storage import EpisodeStore
-        from ray_jobs.run import reduce_metrics
-
-        judge = [x[6:] for x in rest[2:] if x.startswith("judge=")]
-        if len(rest) != 2 + len(judge) or len(judge) > 1:
-            sys.stderr.write(USAGE)
-            return 2
-        store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
-        from engine.judges import SELF_JUDGED
-        from engine.progress import table
-
-        from engine.runlock import RunDirLock
-
-        with RunDirLock(rest[0], "dateline metrics"):        # it writes the metrics table
-            rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
-        sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n"],
-                               [(r["model"], r["config_hash"], (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"]
-                                                                                     else ""),
-                                 r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
-        if any(r["self_judged"] for r in rows):
-            sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
-                             "test; they are not measurements of quality.\n")
-        return 0
+        return metrics(rest)
     if cmd == "pairwise":
         from ray_jobs.pairwise import hydra_entry as pairwise_entry
 
-        sys.argv = [sys.argv[0], *rest]
-        pairwise_entry()
-        return 0
+        return _hydra(pairwise_entry, rest)
     if cmd == "report":
         from ray_jobs.report import main as report_main
 
@@ -97,6 +70,39 @@ def main(argv: list[str] | None = None) -> int:
         return realtimeqa.main(rest)          # its exit code: 2 on bad data
     sys.stderr.write(f"unknown command {cmd!r}\n{USAGE}")
     return 2
+
+
+def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
+    """Run a Hydra entry point on these overrides (Hydra reads them from ``sys.argv``)."""
+    sys.argv = [sys.argv[0], *overrides]
+    entry()
+    return 0
+
+
+def metrics(rest: list[str]) -> int:
+    """``dateline metrics RUN_DIR BENCHMARK [judge=J]``: recompute and print a run's metrics table."""
+    from engine.benchmarks import get_benchmark
+    from engine.judges import SELF_JUDGED
+    from engine.progress import table
+    from engine.runlock import RunDirLock
+    from engine.storage import EpisodeStore
+    from ray_jobs.run import reduce_metrics
+
+    judge = [x[6:] for x in rest[2:] if x.startswith("judge=")]
+    if len(rest) != 2 + len(judge) or len(judge) > 1:
+        sys.stderr.write(USAGE)
+        return 2
+    store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
+    with RunDirLock(rest[0], "dateline metrics"):        # it writes the metrics table
+        rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
+    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n"],
+                           [(r["model"], r["config_hash"],
+                             (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
+                             r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
+    if any(r["self_judged"] for r in rows):
+        sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
+                         "test; they are not measurements of quality.\n")
+    return 0
 
 
 def analyst_checklists(cfg: Any, session: Any) -> None:

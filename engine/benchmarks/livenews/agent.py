@@ -113,13 +113,15 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
                        result=f"{action.kind} is not available without search", ok=False, **usage)
             break
         assert web is not None          # search mode: the benchmark's web service
+        used, cap, budget = ((t.searches, cfg.max_searches, "search") if action.kind == "search"
+                             else (t.visits, cfg.max_visits, "click"))
+        if used + len(action.items) > cap:
+            reason = "budget_exceeded"
+            ctx.record(turn="action", observation_chars=obs_chars, raw_output=comp.text, parsed_action=parsed,
+                       result=f"{budget} budget exceeded: {used} used + {len(action.items)} > {cap}", ok=False,
+                       **usage)
+            break
         if action.kind == "search":
-            if t.searches + len(action.items) > cfg.max_searches:
-                reason = "budget_exceeded"
-                ctx.record(turn="action", observation_chars=obs_chars, raw_output=comp.text, parsed_action=parsed,
-                           result=f"search budget exceeded: {t.searches} used + {len(action.items)} > "
-                                  f"{cfg.max_searches}", ok=False, **usage)
-                break
             t.searches += len(action.items)
             hits = await web.search(list(action.items), policy.results_per_query, policy.blocked,
                                     policy.after, policy.before)
@@ -133,12 +135,6 @@ async def run_episode(q: LiveQuestion, policy: WebPolicy, ctx: EpisodeContext) -
                                                   for query, qh in zip(action.items, hits)])
             result = f"{sum(len(h) for h in hits)} results"
         else:
-            if t.visits + len(action.items) > cfg.max_visits:
-                reason = "budget_exceeded"
-                ctx.record(turn="action", observation_chars=obs_chars, raw_output=comp.text, parsed_action=parsed,
-                           result=f"click budget exceeded: {t.visits} used + {len(action.items)} > "
-                                  f"{cfg.max_visits}", ok=False, **usage)
-                break
             t.visits += len(action.items)
             pages, refused = [], 0
             for url in action.items:

@@ -96,7 +96,8 @@ def test_search_budget_is_exact(tasks, web, first, second, reason, searches):
     ep = res["episode"]
     assert ep["finish_reason"] == reason and ep["n_searches"] == searches
     if reason == "budget_exceeded":
-        assert ep["output"] == "" and "budget exceeded" in res["steps"][-1]["result"]
+        assert ep["output"] == "" and res["steps"][-1]["result"] == f"search budget exceeded: {searches} used + " \
+            f"{second if first <= 5 else first} > 5"
         assert len(reqs) == (1 if first > 5 else 2)
 
 
@@ -114,6 +115,7 @@ def test_visit_budget_and_refused_visits_cost_budget(tasks, web):
     ep = res["episode"]
     assert ep["finish_reason"] == "budget_exceeded"            # 3 used + 3 > 5
     assert ep["n_visits"] == 3 and ep["n_refused_visits"] == 2
+    assert res["steps"][-1]["result"] == "click budget exceeded: 3 used + 3 > 5"
     page_turn = reqs[2]["messages"][-1]["content"]
     assert page_turn.count("Error: cannot open") == 2 and "was not returned" in page_turn and "blocked" in page_turn
 
