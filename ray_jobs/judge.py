@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, current_gate
-from engine.config import Config, JudgeConfig, ModelConfig
+from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig
 from engine.judges import JudgeIdentity, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import Benchmark, JudgeRequest
@@ -34,7 +34,7 @@ MALFORMED = "malformed judge output"      # error prefix of a final failure (the
 _T = TypeVar("_T")
 
 
-def judge_endpoints(cfg: Any, hosted: Callable[[ModelConfig], list[Endpoint]]) -> list[Endpoint]:
+def judge_endpoints(cfg: Config | PairwiseConfig, hosted: Callable[[ModelConfig], list[Endpoint]]) -> list[Endpoint]:
     """The judge's endpoints: its own for ``openai_compatible``, else ``hosted(model)`` with the
     judge's hosted model (``judge.hosted_model``, or the run's own model when unset)."""
     j = cfg.judge
