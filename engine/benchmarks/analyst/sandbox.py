@@ -52,6 +52,12 @@ log = logging.getLogger(__name__)
 
 ISOLATIONS = ("auto", "namespace", "audit")
 
+# System files a snippet may read under either isolation (bound read-only into the namespace root,
+# allowed by the audit hook): time zone, the loader's cache, and the MIME table (openpyxl builds a
+# mimetypes.MimeTypes at import, which reads /etc/mime.types when it exists: refused, pandas.read_excel
+# failed under audit isolation).
+_SYSTEM_FILES = ("/etc/localtime", "/etc/ld.so.cache", "/etc/mime.types")
+
 # Runs inside the snippet's process (``python -I -B -c _GUARD ROOT SCRIPT ISOLATION``): installs
 # the audit hook, then executes the snippet.
 _GUARD = r'''
@@ -61,8 +67,7 @@ _AUDIT_ONLY = sys.argv[3] == "audit"
 _PY = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
 # what a snippet may read besides its folder: Python's installation, the system's libraries and
 # data (fonts, zoneinfo), the null and random devices
-_READ = _PY + ("/usr/", "/etc/localtime", "/etc/ld.so.cache", "/dev/null", "/dev/urandom", "/dev/random",
-               "/dev/zero")
+_READ = _PY + ("/usr/", *_SYSTEM_FILES_, "/dev/null", "/dev/urandom", "/dev/random", "/dev/zero")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 # modules that open files in native code, where no audit event sees them (isolation audit only:
 # under namespace isolation there is nothing outside the folder for them to read)
@@ -138,6 +143,7 @@ _code = open(sys.argv[2], encoding="utf-8").read()
 sys.argv = [sys.argv[2]]
 exec(compile(_code, "snippet.py", "exec"), {"__name__": "__main__"})
 '''
+_GUARD = _GUARD.replace("_SYSTEM_FILES_", repr(_SYSTEM_FILES))
 
 # Runs first in the new namespaces (``unshare --user --map-root-user --mount --pid --fork --net
 # python -I -B -c _LAUNCHER CONFIG``), as root of its own user namespace: builds the snippet's file
@@ -214,7 +220,7 @@ while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0:
 libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)
 if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
     die(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
-os.execv(sys.executable, [sys.executable, *cfg["guard"]])
+os.execv(cfg["python"], [cfg["python"], *cfg["guard"]])
 '''
 
 
@@ -260,12 +266,20 @@ def _unshare() -> list[str]:
 def _read_only_binds() -> list[str]:
     """What the snippet's file system holds besides its folder: the system's programs and
     libraries and Python's installation (a venv inside a repository comes alone, not the repo)."""
-    paths = ["/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc/localtime", "/etc/ld.so.cache"]
+    paths = ["/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", *_SYSTEM_FILES]
     for p in sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                    os.path.dirname(os.path.realpath(sys.executable)))}):
         if not any(p == q or p.startswith(q + os.sep) for q in paths):
             paths.append(p)
     return [p for p in paths if os.path.lexists(p)]
+
+
+def _python_in_new_root() -> str:
+    """This interpreter by a path that exists in the snippet's file system, which binds the real
+    paths: a venv reached through a symlink (``.venv -> /elsewhere``, a symlinked home) is there
+    only at its real path. The folder is resolved, not the file: the venv's ``bin/python`` is itself
+    a link, and Python finds ``pyvenv.cfg`` (so the venv's packages) from the path it was run by."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 
 _PROBE_LOCK = threading.Lock()
@@ -301,7 +315,7 @@ def _probe_namespaces() -> bool:
 
 def _launch_args(root: Path, guard_argv: list[str]) -> list[str]:
     cfg = {"newroot": str(root / ".sandbox" / "nsroot"), "root": str(root), "read_only": _read_only_binds(),
-           "guard": guard_argv}
+           "python": _python_in_new_root(), "guard": guard_argv}
     return [sys.executable, "-I", "-B", "-c", _LAUNCHER, json.dumps(cfg)]
 
 

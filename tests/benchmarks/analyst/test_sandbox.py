@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, isolation_mode, namespace_isolation_available
+from tests.benchmarks.analyst.test_sandbox_reads import ISOLATIONS
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -103,11 +109,13 @@ def test_file_tools_refuse_paths_outside(box):
     assert box.files() == ["data/a.csv"]
 
 
-def test_pandas_and_matplotlib_work_inside(tmp_path):
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_pandas_and_matplotlib_work_inside(tmp_path, isolation):
+    """An Excel source, under both isolations (openpyxl reads the system MIME table at import:
+    under audit isolation that read was refused, so read_excel failed)."""
     import shutil
-    from pathlib import Path
 
-    box = Sandbox(tmp_path / "episode", Limits(timeout_s=90, memory_mb=2048))
+    box = Sandbox(tmp_path / "episode", Limits(timeout_s=90, memory_mb=2048), isolation=isolation)
     src = Path(__file__).resolve().parents[3] / "engine/benchmarks/analyst/sample_tasks/unemployment-brief/sources"
     shutil.copy(src / "unemployment_rates.xlsx", box.root)
     res = box.run_python(
@@ -120,3 +128,23 @@ def test_pandas_and_matplotlib_work_inside(tmp_path):
     assert res.ok, res.stderr[-2000:]
     assert res.new_files == ["figures/rates.png"]
     assert (box.root / "figures" / "rates.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_namespace_isolation_from_a_venv_reached_through_a_symlink(tmp_path):
+    """The namespace root binds real paths: an interpreter run by a symlinked path (``.venv ->
+    /elsewhere``) must be exec'd there by its real folder, or the probe fails and every snippet
+    silently falls back to audit isolation."""
+    if not namespace_isolation_available():
+        pytest.skip("unprivileged user/mount namespaces do not work on this machine")
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    python = link / Path(sys.executable).relative_to(sys.prefix)
+    code = ("import sys\nfrom engine.benchmarks.analyst.sandbox import Limits, Sandbox\n"
+            f"assert sys.prefix.startswith({str(link)!r}), sys.prefix\n"
+            f"box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60), isolation='namespace')\n"
+            "res = box.run_python('import pandas, os; print(os.getpid())')\n"
+            "print(res.ok, res.stdout.strip(), res.stderr[-500:])\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([str(python), "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[:2] == ["True", "1"], out.stdout
