@@ -33,6 +33,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# x86 extensions vLLM's CPU kernels use: bfloat16 runs natively with AVX-512 (AVX512_BF16 / AMX for
+# the dot products); without AVX-512 every kernel converts bfloat16 on the fly.
+CPU_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+def cpu_isa(cpuinfo: str | None = None) -> set[str]:
+    """Which of :data:`CPU_ISA_FLAGS` this machine has (``/proc/cpuinfo``; empty where it is absent)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split()) & set(CPU_ISA_FLAGS)
+    return set()
+
+
 def server_command(model_path: str, served_name: str, port: int, host: str = "0.0.0.0",
                    tensor_parallel_size: int = 1, engine_args: dict[str, Any] | None = None,
                    module: str = VLLM_MODULE) -> list[str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from engine.config import ModelConfig, engine_batch
 from engine.hosting.replica import ModelPool
-from engine.hosting.vllm_server import VLLMServer, engine_settings, server_command
+from engine.hosting.vllm_server import VLLMServer, cpu_isa, engine_settings, server_command
 from ray_jobs.configs import compose
 
 
@@ -32,6 +33,17 @@ def test_gpu_tp_command():
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.92"
     assert cmd[cmd.index("--distributed-executor-backend") + 1] == "mp"
     assert "--enforce-eager" not in cmd
+
+
+def test_cpu_isa_reads_the_first_flags_line():
+    info = ("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile\n"
+            "processor\t: 1\nflags\t\t: fpu avx2 amx_bf16\n")
+    assert cpu_isa(info) == {"avx2", "avx512f", "avx512_bf16"}          # amx_tile is not among them
+    assert cpu_isa("processor\t: 0\nmodel name\t: x\n") == set()
+    here = Path("/proc/cpuinfo")
+    if here.exists():                                                     # this machine: a subset of its flags
+        flags = next(line for line in here.read_text().splitlines() if line.startswith("flags")).split()
+        assert cpu_isa() == set(flags) & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16"}
 
 
 def test_false_flags_are_dropped():
