@@ -16,9 +16,9 @@ environment) once per dtype, one after the other, and measures on each:
 * the greedy text of the first request, so the two dtypes' outputs can be compared.
 
 It prints the CPU's relevant flags and the float32 / bfloat16 ratios. Measured here (AMD EPYC,
-2 cores, AVX-512 with AVX512_BF16): float32 / bfloat16 prefill 0.54x, decode 0.54x (209 against
-389 prompt tok/s, 8.6 against 15.9 completion tok/s at 8 in flight), the same greedy first reply:
-bfloat16 stays the default. Run it on a CPU without AVX512_BF16 before choosing float32 there.
+2 cores, AVX-512 with AVX512_BF16), two runs: float32 / bfloat16 prefill 0.54x and 0.53x, decode
+0.54x and 0.61x (209-226 against 389-430 prompt tok/s, 8.6-8.7 against 14.3-15.9 completion tok/s
+at 8 in flight), the same greedy first reply: bfloat16 stays the default. Run it on a CPU without AVX512_BF16 before choosing float32 there.
 """
 
 from __future__ import annotations
@@ -35,13 +35,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.engine_ceiling import model_config, reset_prefix_cache, start_server  # noqa: E402
+
 log = logging.getLogger("cpu_dtype")
-
-
-def cpu_flags() -> list[str]:
-    from engine.hosting.vllm_server import cpu_isa
-
-    return sorted(cpu_isa())
 
 
 def prompt(i: int, words: int) -> list[dict[str, str]]:
@@ -64,10 +60,10 @@ async def measure(base: str, served: str, a: argparse.Namespace) -> dict[str, An
             return time.perf_counter() - t0, r.json()
 
         await chat(999, 4)                                       # warm-up (first-request costs)
-        await http.post("/reset_prefix_cache")
+        await reset_prefix_cache(base)
         dt, one = await chat(0, 1)
         prefill = one["usage"]["prompt_tokens"] / dt
-        await http.post("/reset_prefix_cache")
+        await reset_prefix_cache(base)
         t0 = time.perf_counter()
         outs = await asyncio.gather(*(chat(100 + i, a.gen_tokens) for i in range(a.requests)))
         wall = time.perf_counter() - t0
@@ -79,23 +75,13 @@ async def measure(base: str, served: str, a: argparse.Namespace) -> dict[str, An
 
 def run_one(dtype: str, a: argparse.Namespace, logs: Path) -> dict[str, Any]:
     from engine.config import to_plain
-    from engine.hosting.vllm_server import VLLMServer
-    from ray_jobs.configs import compose
 
-    m = compose([]).model
-    args = dict(to_plain(m.engine_args))
-    args["dtype"] = dtype
-    env = {k: str(v) for k, v in (to_plain(m.env) or {}).items()}
-    env["VLLM_SERVER_DEV_MODE"] = "1"                             # POST /reset_prefix_cache
-    server = VLLMServer(m.path, m.served_name, engine_args=args, env=env, log_path=logs / f"vllm-{dtype}.log",
-                        host="127.0.0.1")
-    server.start()
+    m = model_config()
+    t0 = time.perf_counter()
+    server = start_server(m, logs / f"vllm-{dtype}.log", engine_args={**to_plain(m.engine_args), "dtype": dtype})
+    startup_s = time.perf_counter() - t0
     try:
-        up = server.wait_healthy(m.startup_timeout_s)
-        log.info("%s: healthy in %.0f s", dtype, up)
-        res = asyncio.run(measure(server.local_url(), m.served_name, a))
-        res["startup_s"] = up
-        return res
+        return {**asyncio.run(measure(server.local_url(), m.served_name, a)), "startup_s": startup_s}
     finally:
         server.stop()
 
@@ -108,7 +94,9 @@ def main() -> None:
     ap.add_argument("--prompt-words", type=int, default=1000)
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    print("CPU flags that matter here:", ", ".join(cpu_flags()) or "(no AVX-512, no AMX)")
+    from engine.hosting.vllm_server import cpu_isa
+
+    print("CPU flags that matter here:", ", ".join(sorted(cpu_isa())) or "(no AVX-512, no AMX)")
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in a.dtypes.split(","):

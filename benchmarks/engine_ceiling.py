@@ -54,14 +54,15 @@ def model_config() -> Any:
     return compose([]).model
 
 
-def start_server(m: Any, log_path: Path) -> Any:
+def start_server(m: Any, log_path: Path, engine_args: dict[str, Any] | None = None) -> Any:
+    """``m``'s server on loopback, healthy; ``engine_args`` replaces its engine arguments."""
     from engine.config import to_plain
     from engine.hosting.vllm_server import VLLMServer
 
     env = {k: str(v) for k, v in (to_plain(m.env) or {}).items()}
     env["VLLM_SERVER_DEV_MODE"] = "1"           # POST /reset_prefix_cache between the two sides
-    server = VLLMServer(m.path, m.served_name, engine_args=to_plain(m.engine_args), env=env, log_path=log_path,
-                        host="127.0.0.1")
+    args = to_plain(m.engine_args) if engine_args is None else engine_args
+    server = VLLMServer(m.path, m.served_name, engine_args=args, env=env, log_path=log_path, host="127.0.0.1")
     server.start()
     log.info("vLLM starting (log: %s)", log_path)
     took = server.wait_healthy(m.startup_timeout_s)
