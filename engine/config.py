@@ -163,6 +163,11 @@ class RunConfig:
     progress: bool = True
     # Stop the run (in-flight episodes finish) once this many episodes fail; 0 = never.
     max_failures: int = 0
+    # What a planned episode without a scored result (an error, a budget stop, one that never ran)
+    # counts as in accuracy-like means (docs/design/what-a-number-means.md): "as_wrong" (the
+    # benchmark's failure value: 0 accuracy, the checklist floor...) or "exclude" (left out; the
+    # counts beside every number still show it). Either way the configuration is marked incomplete.
+    score_failures: str = "as_wrong"
     # Spending caps (run.budget.max_usd=20 ...); all null by default.
     budget: BudgetConfig = field(default_factory=BudgetConfig)
 
@@ -171,17 +176,21 @@ class RunConfig:
 class JudgeConfig:
     """Who runs a benchmark's judge stage (after generation, batched).
 
-    * ``hosted`` without ``hosted_model``: the run's own model judges its own outputs (its vLLM
-      replicas or its external endpoint; no second server). Every number this judge produces is
-      **self-judged**, and the report and the run summary say so.
+    * ``none`` (the default): no judge stage. Generation runs; judge-based metrics are not
+      produced (the summary says "ungraded: name a judge"), never guessed.
+    * ``self`` (``judge=self``, asked for explicitly): the run's own model judges its own outputs
+      (its vLLM replicas or its external endpoint; no second server). Every number this judge
+      produces is **self-judged**, and the report and the run summary say so.
     * ``hosted`` with ``hosted_model``: a second model, hosted as its own pool in the same job next
       to the model under test (``judge=hosted_model``; a config equal to ``model`` shares its pool).
+      For ``dateline pairwise``, ``hosted`` without ``hosted_model`` hosts the pairwise ``model``.
     * ``openai_compatible``: any endpoint (``base_url`` + ``model``).
-    * ``none``: no judge stage (judgements stay missing and are reported as such, never guessed).
 
-    The judge's identity (model, endpoint kind, the benchmark's judge prompt version) keys every
-    judgement; metrics are computed per identity, so judges are never mixed."""
-    kind: str = "hosted"
+    The judge's identity (model and weights, endpoint kind, the benchmark's judge prompt version,
+    the evaluation settings) keys every judgement; metrics are computed per identity, so judges
+    and settings are never mixed. Whether a judge is the model under test is decided by weights
+    identity, not by name (``engine.judges``)."""
+    kind: str = "none"
     name: str = ""                 # defaults to the judging model's name
     # hosted: the judging model, when it is not the model under test (its own replicas and prices).
     hosted_model: Optional[ModelConfig] = None
@@ -256,7 +265,7 @@ def validate_pairwise(cfg: PairwiseConfig) -> None:
     _check(cfg.limit is None or cfg.limit >= 1, "limit", "must be >= 1 or null")
     _check(cfg.judge.kind in ("hosted", "openai_compatible"), "judge.kind",
            f"pairwise judging needs a judge: hosted or openai_compatible, got {cfg.judge.kind!r}")
-    validate_judge(cfg.judge)
+    validate_judge(cfg.judge, pairwise=True)
     if cfg.judge.kind == "hosted" and cfg.judge.hosted_model is None:
         validate_model(cfg.model, "model")
 
@@ -344,15 +353,31 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
 
 
-def validate_judge(j: JudgeConfig) -> None:
-    _check(j.kind in ("hosted", "openai_compatible", "none"), "judge.kind",
-           f"must be hosted, openai_compatible or none, got {j.kind!r}")
+SCORE_FAILURES = ("as_wrong", "exclude")
+JUDGE_KINDS = ("none", "self", "hosted", "openai_compatible")
+HOSTED_JUDGES = ("self", "hosted")      # kinds whose judge runs on replicas dateline hosts (or the model's endpoint)
+
+
+def judge_model_config(model: ModelConfig, j: JudgeConfig) -> ModelConfig | None:
+    """The model config a hosted judge runs on: ``judge.hosted_model``, or for ``self`` (and a
+    pairwise ``hosted`` judge) the run's ``model``; None for an external or no judge."""
+    if j.kind not in HOSTED_JUDGES:
+        return None
+    return j.hosted_model or model
+
+
+def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
+    _check(j.kind in JUDGE_KINDS, "judge.kind", f"must be one of {JUDGE_KINDS}, got {j.kind!r}")
+    if j.kind == "hosted" and j.hosted_model is None and not pairwise:
+        raise ConfigError("judge.kind: hosted needs judge.hosted_model (judge=hosted_model judge.hosted_model.name=... "
+                          ".path=...); to let the model under test grade its own outputs ask for it explicitly with "
+                          "judge=self (every judge-based number is then marked SELF-JUDGED)")
     if j.kind == "openai_compatible":
         _check(bool(j.base_url) and bool(j.model), "judge.base_url", "base_url and model are required")
         if j.api_key_env:
             _check(j.api_key_env in os.environ, "judge.api_key_env",
                    f"environment variable {j.api_key_env!r} is not set")
-    if j.kind == "hosted" and j.model and j.hosted_model is None:
+    if j.kind in HOSTED_JUDGES and j.model and j.hosted_model is None:
         raise ConfigError("judge.model: a hosted judge is the model under test unless judge.hosted_model is set; "
                           "to host another model as judge use judge=hosted_model (judge.hosted_model.name=..., "
                           ".path=...), or judge=openai_compatible for an endpoint")
@@ -360,6 +385,7 @@ def validate_judge(j: JudgeConfig) -> None:
         _check(j.kind == "hosted", "judge.hosted_model", f"only for judge.kind=hosted, got kind={j.kind!r}")
         validate_model(j.hosted_model, "judge.hosted_model")
     _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
+    _check(j.max_inflight >= 1, "judge.max_inflight", "must be >= 1")
 
 
 def validate(cfg: Config) -> None:
@@ -378,6 +404,8 @@ def validate(cfg: Config) -> None:
     _check(c.ray_auth_mode in ("auto", "disabled", "token"), "cluster.ray_auth_mode", "must be auto, disabled or token")
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
+    _check(r.score_failures in SCORE_FAILURES, "run.score_failures",
+           f"must be one of {SCORE_FAILURES}, got {r.score_failures!r}")
     _check(bool(r.dir), "run.dir", "required")
     for cap in ("max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours"):
         v = getattr(r.budget, cap)

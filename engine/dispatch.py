@@ -66,6 +66,8 @@ class WorkerSetup:
     # identity of the model pool the endpoints belong to: the points of a sweep that use the same
     # pool share one router (and its in-flight bounds) in a worker
     pool_key: str = ""
+    engine_json: str = ""      # ray_jobs.run.engine_identity as JSON: every row's ``engine`` column
+    weights_id: str = ""       # engine.hosting.weights.weights_id of the model ("" without one)
 
 
 # status of an episode stopped by run.budget (its own calls refused, or never started)
@@ -101,7 +103,9 @@ class EpisodeRunner:
 
     async def run(self, spec: EpisodeSpec) -> dict[str, Any]:
         s = self.setup
-        llm = self.router.client_for(spec.episode_id) if (self.router and s.uses_model) else None
+        # the episode's seed goes to the engine with every call that sets none of its own (seeds
+        # seed..seed+num_seeds-1 sample differently; at temperature 0 it changes nothing)
+        llm = self.router.client_for(spec.episode_id, spec.seed) if (self.router and s.uses_model) else None
         ctx = EpisodeContext(episode_id=spec.episode_id, seed=spec.seed, agent=s.agent, llm=llm,
                              index=self.index, top_k=s.top_k, threshold=s.threshold, on_step=self._count,
                              services=self.services, model_path=s.model_path,
@@ -111,6 +115,7 @@ class EpisodeRunner:
             "episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": s.benchmark,
             "task_id": spec.task_id, "model": s.model_name if s.uses_model else "none", "agent": s.agent_json,
             "data": s.data_json, "seed": spec.seed, "worker": self.name, "replica": llm.endpoint.replica if llm else -1,
+            "engine": s.engine_json, "weights_id": s.weights_id,
         }
         gated = current_gate.set(self.gate) if self.gate is not None else None   # this episode's task only
         try:
@@ -225,6 +230,7 @@ def unstarted_row(setup: WorkerSetup, spec: EpisodeSpec, status: str, error: str
     return {"episode_id": spec.episode_id, "config_hash": spec.config_hash, "benchmark": setup.benchmark,
             "task_id": spec.task_id, "model": setup.model_name if setup.uses_model else "none",
             "agent": setup.agent_json, "data": setup.data_json, "seed": spec.seed, "worker": "", "replica": -1,
+            "engine": setup.engine_json, "weights_id": setup.weights_id,
             "status": status, "error": error, "finish_reason": status, "output": "", "n_steps": 0, "tokens_in": 0,
             "tokens_out": 0, "wall_time_s": 0.0, "started_at": now, "finished_at": now}
 

@@ -7,15 +7,25 @@ stronger model adds a second, separately labelled set of numbers instead of blen
 and a derived judgement (analyst claim verdicts) always comes from the judge that made the
 judgement it depends on (the claims), because the stage only ever sees one judge's results.
 
-A judge is *self-judged* for a configuration when the judging model is the model under test:
-those numbers say what the model thinks of itself, not what it is worth, and every place that
-shows them says so.
+A judge is *self-judged* for a configuration when the judging model is the model under test,
+decided by the weights (``engine.hosting.weights.weights_id``: the same folder content, or the
+same endpoint and served model), not by the name: those numbers say what the model thinks of
+itself, not what it is worth, and every place that shows them says so. Self-judging happens only
+when asked for (``judge=self``); the default is no judge.
+
+The **evaluation settings** a judgement was made under (the benchmark's ``evaluation_fields``,
+e.g. analyst's ``judge_max_tokens``) are part of the judge's identity and stored with every
+judgement: changing one makes a new judge id, so the next run judges again instead of mixing, and
+metrics of a judged view are computed under that view's own settings (``row["evaluation"]``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
 
 from engine.config import stable_hash
 
@@ -26,30 +36,52 @@ SELF_JUDGED = "self-judged"
 class JudgeIdentity:
     id: str             # "<model>:<hash>": what judgements are keyed by
     model: str          # the judging model's name
-    kind: str           # endpoint kind: hosted | openai_compatible
+    kind: str           # endpoint kind: self | hosted | openai_compatible
     prompt: str         # version of the benchmark's judge prompts ("" when it declares none)
+    evaluation: str = ""    # the evaluation settings (JSON) the judgements are made under
+    weights: str = ""       # weights id of the judging model
 
     def columns(self) -> dict[str, str]:
         """The identity columns of a judgement row."""
-        return {"judge": self.id, "judge_model": self.model, "judge_kind": self.kind, "judge_prompt": self.prompt}
+        return {"judge": self.id, "judge_model": self.model, "judge_kind": self.kind, "judge_prompt": self.prompt,
+                "evaluation": self.evaluation, "judge_weights": self.weights}
 
 
-def judge_identity(cfg: Any, prompt_version: str = "", *extra: Any) -> JudgeIdentity:
+def evaluation_settings(benchmark_cfg: Any, fields: Sequence[str]) -> dict[str, Any]:
+    """The values of a benchmark's evaluation fields in its config (``on_bad_rows`` picks which
+    rows load, so it is not an evaluation setting)."""
+    from engine.config import to_plain
+
+    plain = to_plain(benchmark_cfg) or {}
+    return {k: plain.get(k) for k in fields if k != "on_bad_rows"}
+
+
+def judge_identity(cfg: Any, prompt_version: str = "", *extra: Any,
+                   evaluation: dict[str, Any] | None = None) -> JudgeIdentity:
     """The identity of ``cfg.judge`` (``cfg`` has ``judge`` and ``model``): a hosted judge is
-    ``judge.hosted_model`` when set, else ``cfg.model``; ``extra`` adds what else changes its
-    answers (e.g. constrained decoding) to the id."""
+    ``judge.hosted_model`` when set, else ``cfg.model`` (``self``, or a pairwise ``hosted``
+    judge); ``extra`` adds what else changes its answers (e.g. constrained decoding) to the id,
+    ``evaluation`` the benchmark's evaluation settings."""
+    from engine.config import judge_model_config
+    from engine.hosting.weights import weights_id
+
     j = cfg.judge
-    if j.kind == "hosted":
-        m = j.hosted_model or cfg.model
+    m = judge_model_config(cfg.model, j)
+    if m is not None:
         model = m.name
-        ident: dict[str, Any] = {"served": m.served_name or m.name, "path": m.path, "base_url": m.base_url}
+        ident: dict[str, Any] = {"served": m.served_name or m.name, "path": m.path, "base_url": m.base_url,
+                                 "weights": weights_id(m)}
+        weights = weights_id(m)
     else:
         model = j.model
         ident = {"model": j.model, "base_url": j.base_url}
+        weights = stable_hash({"base_url": j.base_url.rstrip("/"), "served": j.model}, n=12)
     prompt = [{"prompt": prompt_version}] if prompt_version else []    # ids made before prompt versions stay valid
+    settings = [{"evaluation": evaluation}] if evaluation else []
     name = j.name or model
-    return JudgeIdentity(f"{name}:{stable_hash(ident, j.temperature, *extra, *prompt, n=8)}", model, j.kind,
-                         prompt_version)
+    return JudgeIdentity(f"{name}:{stable_hash(ident, j.temperature, *extra, *prompt, *settings, n=8)}", model,
+                         j.kind, prompt_version, json.dumps(evaluation, sort_keys=True) if evaluation else "",
+                         weights)
 
 
 def prompt_version(*texts: str) -> str:
@@ -57,14 +89,27 @@ def prompt_version(*texts: str) -> str:
     return stable_hash(*texts, n=8)
 
 
+def source_version(*modules: ModuleType) -> str:
+    """A short version of prompt modules: a hash of their source, so any edit of a template or of
+    the code that fills it makes a new version."""
+    texts = []
+    for mod in modules:
+        path = getattr(mod, "__file__", None)
+        texts.append(Path(path).read_text() if path else repr(sorted(vars(mod))))
+    return stable_hash(*texts, n=8)
+
+
 @dataclass
 class JudgedView:
     """One configuration's episode rows with the judgements of one judge (``row["judgements"]``:
-    ``{key: value or None}``; a missing key was not judged)."""
+    ``{key: value or None}``; a missing key was not judged), ``row["judge"]`` (the judge id, ""
+    for none) and ``row["evaluation"]`` (the evaluation settings of that judge's judgements, or
+    ``evaluation`` given for an unjudged view; ``{}`` when unknown)."""
     judge: str                  # judge id; "" when nothing of these rows was judged
     judge_model: str
     self_judged: bool
     rows: list[dict[str, Any]]
+    evaluation: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -78,23 +123,37 @@ def matches(judge_id: str, info: dict[str, str], select: str) -> bool:
     return judge_id == select or judge_id.startswith(select) or info.get("model") == select
 
 
+def is_self_judged(judge_info: dict[str, str], rows: list[dict[str, Any]]) -> bool:
+    """The judge is the model under test: the same weights id (any row's; rows and judgements
+    written before weights ids fall back to the model name)."""
+    weights = {r.get("weights_id") for r in rows} - {None, ""}
+    jw = judge_info.get("weights")
+    if jw and weights:
+        return jw in weights
+    return judge_info.get("model", "") in {r["model"] for r in rows}
+
+
 def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[str, str | None]]],
-                 judges: dict[str, dict[str, str]], select: str | None = None) -> list[JudgedView]:
+                 judges: dict[str, dict[str, str]], select: str | None = None,
+                 evaluation: dict[str, Any] | None = None) -> list[JudgedView]:
     """The rows of one configuration, once per judge that judged any of them (sorted by id), or
-    once with no judgements when none did. ``select`` keeps one judge (see :func:`matches`); a
-    configuration judged only by others then gives no view."""
+    once with no judgements when none did (its rows get ``evaluation``). ``select`` keeps one
+    judge (see :func:`matches`); a configuration judged only by others then gives no view."""
     eids = {r["episode_id"] for r in rows}
     present = sorted(j for j, d in by_judge.items() if eids & d.keys())
     if not present:
-        return [JudgedView("", "", False, [dict(r, judgements={}) for r in rows])]
+        ev = dict(evaluation or {})
+        return [JudgedView("", "", False, [dict(r, judgements={}, judge="", evaluation=ev) for r in rows], ev)]
     if select is not None:
         present = [j for j in present if matches(j, judges.get(j, {}), select)]
-    models = {r["model"] for r in rows}
     out = []
     for j in present:
-        jm = judges.get(j, {}).get("model") or j.rsplit(":", 1)[0]
-        out.append(JudgedView(j, jm, jm in models,
-                              [dict(r, judgements=by_judge[j].get(r["episode_id"], {})) for r in rows]))
+        info = judges.get(j, {})
+        jm = info.get("model") or j.rsplit(":", 1)[0]
+        ev = json.loads(info["evaluation"]) if info.get("evaluation") else dict(evaluation or {})
+        out.append(JudgedView(j, jm, is_self_judged({**info, "model": jm}, rows),
+                              [dict(r, judgements=by_judge[j].get(r["episode_id"], {}), judge=j, evaluation=ev)
+                               for r in rows], ev))
     return out
 
 

@@ -330,8 +330,9 @@ class Router:
                                                     on_call=self.on_call)
         return self._clients[ep.base_url]
 
-    def client_for(self, episode_id: str) -> "EpisodeClient":
-        return EpisodeClient(self, episode_id)
+    def client_for(self, episode_id: str, seed: int | None = None) -> "EpisodeClient":
+        """The client of one episode; ``seed`` (the episode's) is sent with every call that sets none."""
+        return EpisodeClient(self, episode_id, seed)
 
     async def wait_for_health(self, deadline: float) -> None:
         """Until some replica answers ``/health`` (or the deadline): a restarted server. Probed
@@ -359,9 +360,10 @@ class EpisodeClient:
     """What an episode holds as ``ctx.llm``: the router's client for its sticky replica, with
     failover. Same ``chat`` as :class:`ChatClient`."""
 
-    def __init__(self, router: Router, episode_id: str) -> None:
+    def __init__(self, router: Router, episode_id: str, seed: int | None = None) -> None:
         self.router = router
         self.episode_id = episode_id
+        self.seed = seed
         self.retries = RetryBudget(router.max_retries_per_episode)      # over all the episode's calls
 
     @property
@@ -373,6 +375,7 @@ class EpisodeClient:
                    regex: str | None = None, temperature: float | None = None) -> Completion:
         r = self.router
         deadline = time.monotonic() + r.reroute_wait_s
+        seed = self.seed if seed is None else seed
         while True:
             i = r.pick(self.episode_id)
             try:

@@ -15,6 +15,14 @@ second time with the order swapped, which measures the judge's position bias dir
 
 A comparison's id hashes the seed, the task, the ordered pair and the two texts: re-generating a
 run (different outputs) makes new comparisons instead of reusing stale verdicts.
+
+What a report counts (``CurrentPlan``): a pairwise dir keeps every comparison and verdict any
+stage ever made. Only verdicts on comparisons of the *current plan* count: the plan of the latest
+``dateline pairwise`` run (its systems, tasks, seed and orders, recorded in ``plan.json``), and
+only while the two texts judged (``first_sha``, ``second_sha``) are still those systems' current
+outputs. A verdict on a text that has changed since (an episode re-run) is *stale*; one on a
+system, task, seed or order the latest plan does not have is *not in the plan*. Both are left out
+and counted.
 """
 
 from __future__ import annotations
@@ -77,6 +85,42 @@ def plan(articles: Mapping[str, Mapping[str, str]], seed: int, both_orders: bool
                 cid = hashlib.sha256(json.dumps([seed, t, f, s, fs, ss]).encode()).hexdigest()[:16]
                 out.append(Comparison(cid, t, a, b, f, s, order, seed, fs, ss))
     return out, skipped
+
+
+Slot = tuple[int, str, str, str]         # (seed, task, first, second): a comparison's place in a plan, texts aside
+CURRENT, STALE, NOT_IN_PLAN = "current", "stale", "not_in_plan"
+
+
+def slot(c: Mapping[str, Any]) -> Slot:
+    return (int(c["seed"]), str(c["task_id"]), str(c["first"]), str(c["second"]))
+
+
+def current_texts(articles: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """``text_sha`` of every non-empty text: system id -> task id -> hash (what ``plan`` hashes)."""
+    return {s: {t: text_sha(x) for t, x in a.items() if x.strip()} for s, a in articles.items()}
+
+
+@dataclass(frozen=True)
+class CurrentPlan:
+    """Which stored comparisons a report counts (see the module docstring). A part that could not
+    be established is None and checks nothing; ``note`` says how each part was found."""
+    slots: frozenset[Slot] | None               # the latest plan's comparisons, texts aside
+    systems: frozenset[str] | None              # the latest plan's systems
+    texts: Mapping[str, Mapping[str, str]] | None   # system -> task -> hash of its current text
+    note: str = ""
+
+    def status(self, c: Mapping[str, Any]) -> str:
+        """CURRENT, STALE (a judged text is no longer the system's current output) or NOT_IN_PLAN."""
+        if self.systems is not None and not {c["system_a"], c["system_b"]} <= self.systems:
+            return NOT_IN_PLAN
+        if self.slots is not None and slot(c) not in self.slots:
+            return NOT_IN_PLAN
+        if self.texts is not None:
+            t = c["task_id"]
+            if (self.texts.get(c["first"], {}).get(t) != c["first_sha"]
+                    or self.texts.get(c["second"], {}).get(t) != c["second_sha"]):
+                return STALE
+        return CURRENT
 
 
 def outcome(c: Mapping[str, Any], verdict: str | None, dimension: str | None = None) -> Outcome | None:

@@ -12,7 +12,9 @@ A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an objec
 * ``episode_fields``: the extra, typed columns of its ``episodes`` rows,
 * ``run_episode(task, ctx)``: one episode, async, given an :class:`EpisodeContext`,
 * ``uses_model(agent_cfg)``: False for model-free baselines (no replica is started),
-* ``metrics(rows)``: metric rows from finished episode rows (with their judgements),
+* ``episode_values(rows)``: per scored episode (status ok, with its judgements), the values
+  whose means are its metrics; the means themselves, over the configuration's plan, are taken
+  in one place for every benchmark (:mod:`engine.outcomes`),
 
 and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of them:
 
@@ -23,8 +25,15 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   task-level ids such as ``task:<id>``) to the judgements made so far, so a request may depend
   on an earlier round's answer (analyst verifies the claims extracted in round one),
 * ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table,
-* ``episode_values(rows)``: per-episode values behind the mean-type metrics, which the report
-  resamples by task for confidence intervals,
+* ``failure_values``: the value a planned episode without a scored result (an error, a budget
+  stop, one that never ran) counts as in a metric under ``run.score_failures=as_wrong`` (0 for an
+  accuracy; metrics it does not list are means over scored episodes only), and
+  ``task_failure_values(task)`` where a task differs (None: ``failure_values``),
+* ``judge_metrics``: the metrics that need a judge (not produced at all when none ran),
+* ``metric_order``: the order metrics are listed in,
+* ``metrics(rows)``: metrics that are not means of ``episode_values`` (spreads, counts), over
+  the scored rows,
+* ``prompt_version``: a version of the agent's prompt text (part of every episode id),
 * ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark. :class:`Benchmark`
@@ -218,6 +227,14 @@ class Benchmark(Protocol[TaskT]):
     def curve(self) -> tuple[str, str] | None: ...
     @property
     def per_task_metric(self) -> str | None: ...
+    @property
+    def failure_values(self) -> dict[str, float]: ...
+    @property
+    def judge_metrics(self) -> tuple[str, ...]: ...
+    @property
+    def metric_order(self) -> tuple[str, ...]: ...
+    @property
+    def prompt_version(self) -> str: ...
 
     def validate(self, cfg: Config) -> None: ...
     def load_tasks(self, cfg: Config) -> Sequence[TaskT]: ...
@@ -230,6 +247,7 @@ class Benchmark(Protocol[TaskT]):
     def parse_judgement(self, key: str, text: str) -> str | None: ...
     def tables(self, metric_rows: list[Row]) -> dict[str, str]: ...
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]: ...
+    def task_failure_values(self, task: TaskT) -> dict[str, float] | None: ...
 
 
 class BenchmarkBase:
@@ -246,6 +264,15 @@ class BenchmarkBase:
     primary_metrics: tuple[str, ...] = ()
     curve: tuple[str, str] | None = None
     per_task_metric: str | None = None
+    # What a planned episode without a scored result counts as, per metric, under
+    # run.score_failures=as_wrong (engine/outcomes.py); unlisted metrics are over scored episodes.
+    failure_values: dict[str, float] = {}
+    # Metrics that exist only when a judge ran (never produced from "nothing was graded").
+    judge_metrics: tuple[str, ...] = ()
+    metric_order: tuple[str, ...] = ()
+    # Version of the agent's prompt text (engine.judges.source_version of its prompts module):
+    # part of every episode id, so a prompt edit never mixes into a configuration's results.
+    prompt_version: str = ""
 
     def uses_model(self, agent_cfg: Any) -> bool:
         return True
@@ -265,10 +292,19 @@ class BenchmarkBase:
     def tables(self, metric_rows: list[Row]) -> dict[str, str]:
         return {}
 
+    def metrics(self, rows: list[Row]) -> list[MetricRow]:
+        """Metrics that are not means of ``episode_values`` (spreads, counts); none by default."""
+        return []
+
+    def task_failure_values(self, task: Any) -> dict[str, float] | None:
+        """What an episode of ``task`` counts as without a scored result, when it is not
+        ``failure_values`` (a metric the task does not have); None: ``failure_values``."""
+        return None
+
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
-        """For each row (same order), ``{metric: value}`` for the metrics that are means of
-        per-episode values; the metric equals the mean over the rows that have the key. Rows
-        that are not counted (e.g. failed runs) give ``{}``. The report bootstraps these."""
+        """For each scored row (same order), ``{metric: value}`` for the metrics that are means of
+        per-episode values; :mod:`engine.outcomes` takes the means over the plan (failures count
+        as ``failure_values`` under as_wrong) and the report bootstraps the same values."""
         return [{} for _ in rows]
 
 

@@ -197,13 +197,20 @@ class PairedTest:
     hi: float
     p_value: float          # two-sided, sign-flip permutation test on per-task differences
     n_tasks: int
+    exact: bool = True      # p_value enumerates every sign pattern (False: Monte Carlo, (b+1)/(m+1))
 
 
 def paired_test(a: Mapping[str, float], b: Mapping[str, float], n_boot: int = DEFAULT_BOOT,
                 n_perm: int = 10_000, seed: int = 0, alpha: float = 0.05) -> PairedTest:
     """Two systems on the same tasks: per-task values (already averaged over seeds) are paired;
-    the interval resamples tasks, the p-value flips the sign of each task's difference (exact
-    enumeration up to 16 tasks, Monte Carlo above)."""
+    the interval resamples tasks, the p-value flips the sign of each task's difference.
+
+    Up to 16 tasks the p-value is exact: the share of all 2**n sign patterns (the observed one
+    among them) whose |sum| is at least the observed one. Above, ``n_perm`` random patterns are
+    drawn and the p-value is (b + 1) / (m + 1), b the draws with |sum| >= observed, m = ``n_perm``
+    (Phipson & Smyth 2010): the observed pattern counts as one of the draws, so the estimate is
+    never 0 (its floor is 1 / (n_perm + 1)) and a test at level alpha stays valid. The plain share
+    b / m is 0 whenever no draw reaches the observed sum, e.g. 30 tasks all in one direction."""
     shared = sorted(set(a) & set(b))
     d = np.array([a[t] - b[t] for t in shared], dtype=float)
     d = d[~np.isnan(d)]
@@ -218,13 +225,15 @@ def paired_test(a: Mapping[str, float], b: Mapping[str, float], n_boot: int = DE
     else:
         lo = hi = float("nan")
     obs = abs(d.sum())
+    tol = 1e-12 * max(1.0, float(np.abs(d).sum()))
     if n <= 16:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    else:
-        signs = rng.choice((1.0, -1.0), size=(n_perm, n))
-    stats = np.abs(signs @ d)
-    p = float(np.mean(stats >= obs - 1e-12))
-    return PairedTest(mean, lo, hi, p, n)
+        p = float(np.mean(np.abs(signs @ d) >= obs - tol))
+        return PairedTest(mean, lo, hi, p, n, exact=True)
+    signs = rng.choice((1.0, -1.0), size=(n_perm, n))
+    hits = int(np.count_nonzero(np.abs(signs @ d) >= obs - tol))        # b: draws at least as extreme
+    p = (hits + 1) / (n_perm + 1)
+    return PairedTest(mean, lo, hi, p, n, exact=False)
 
 
 def sign_test(wins: int, losses: int) -> float:

@@ -5,6 +5,8 @@
       steps/part-*.parquet      one row per model turn / environment step
       metrics/metrics.parquet   metric rows per (benchmark, model, agent config)
       judgements/part-*.parquet one row per judge call's result (episode, judge identity, key)
+      plans/part-*.parquet      what each run planned per configuration (one row per episode):
+                                the denominator of its metrics (engine/outcomes.py)
       run-*.json                what each run did (counts, timings, uptime, prices)
       _staging/                 shards are written here, then renamed into place
 
@@ -12,6 +14,8 @@
       comparisons/part-*.parquet  one row per planned comparison (task, pair, order, seed)
       judgements/part-*.parquet   verdicts, keyed by (comparison id, judge identity, protocol)
       systems.json                the compared systems; pairwise-*.json: what each stage did
+      plan.json                   the newest stage's plan (settings, systems, comparison ids):
+                                  reports count only its comparisons, on texts still current
 
 A flush writes the steps shard first, then the episodes shard; both carry the flush's
 ``batch_id``. An episode exists once its episodes row does; readers keep, per episode id, the
@@ -31,7 +35,7 @@ import re
 import tempfile
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence, TypeAlias, cast
 
@@ -66,6 +70,11 @@ EPISODE_FIELDS: list[pa.Field[Any]] = [
     pa.field("finished_at", pa.timestamp("ms", tz="UTC")),
     pa.field("worker", pa.string()),
     pa.field("replica", pa.int32()),
+    # what generated it beyond the config hash (ray_jobs.run.engine_identity, JSON): weights
+    # (path + content fingerprint), engine args, reproducible mode, the agent prompts' version.
+    # A configuration never holds two (a resumed run that would mix them is refused).
+    pa.field("engine", pa.string()),
+    pa.field("weights_id", pa.string()),     # engine.hosting.weights.weights_id (self-judging is decided by it)
 ]
 
 _STEP_FIELDS: list[pa.Field[Any]] = [
@@ -90,7 +99,18 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("judge", pa.string()),          # judge identity behind the judged metrics ("" when nothing was judged)
     pa.field("judge_model", pa.string()),
     pa.field("self_judged", pa.bool_()),     # the model under test judged its own outputs
-    pa.field("metric", pa.string()), pa.field("value", pa.float64()), pa.field("n", pa.int64()),
+    pa.field("metric", pa.string()), pa.field("value", pa.float64()),
+    pa.field("n", pa.int64()),               # episodes the value is over (engine/outcomes.py)
+    # what the number is over (engine/outcomes.py): the episodes planned for the configuration,
+    # those with a scored result, those that failed, were stopped by the budget or never ran
+    pa.field("n_planned", pa.int64()), pa.field("n_scored", pa.int64()), pa.field("n_error", pa.int64()),
+    pa.field("n_budget_stopped", pa.int64()), pa.field("n_not_run", pa.int64()),
+    pa.field("incomplete", pa.bool_()),      # some planned episode has no scored result
+    pa.field("score_failures", pa.string()), # as_wrong | exclude (run.score_failures)
+    pa.field("scope", pa.string()),          # all (the configuration's plan) | common (tasks every compared config finished)
+    pa.field("task_set", pa.string()),       # hash of the planned (task, seed) set
+    pa.field("tasks_dropped", pa.int64()),   # scope common: planned tasks of this config left out
+    pa.field("note", pa.string()),           # what else a reader must know (e.g. who wrote the checklists)
 ]
 METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)
 
@@ -110,8 +130,24 @@ _JUDGEMENT_FIELDS: list[pa.Field[Any]] = [
     pa.field("tokens_in", pa.int64()),
     pa.field("tokens_out", pa.int64()),
     pa.field("latency_s", pa.float64()),
+    pa.field("truncated", pa.bool_()),       # the last attempt stopped at its max_tokens (finish_reason length)
+    pa.field("evaluation", pa.string()),     # the evaluation settings it was made under (JSON; part of the judge id)
+    pa.field("judge_weights", pa.string()),  # weights id of the judging model (self-judging is decided by it)
 ]
 JUDGEMENT_SCHEMA = pa.schema(_JUDGEMENT_FIELDS)
+
+_PLAN_FIELDS: list[pa.Field[Any]] = [
+    pa.field("config_hash", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),     # one plan = one batch; the newest per config counts
+    pa.field("episode_id", pa.string()),
+    pa.field("task_id", pa.string()),
+    pa.field("seed", pa.int64()),
+    pa.field("task_set", pa.string()),       # hash of the plan's (task, seed) pairs
+    pa.field("score_failures", pa.string()), # run.score_failures of the run that planned it
+    pa.field("evaluation", pa.string()),     # the benchmark's evaluation settings then (JSON)
+    pa.field("failure", pa.string()),        # what the episode counts as without a scored result (JSON; "" = the benchmark's default)
+]
+PLAN_SCHEMA = pa.schema(_PLAN_FIELDS)
 
 
 _COMPARISON_FIELDS: list[pa.Field[Any]] = [
@@ -436,12 +472,17 @@ class _ShardedDir:
     def judges(self) -> dict[str, dict[str, str]]:
         """``{judge id: {"model", "kind", "prompt"}}`` for every judge with rows here. Rows written
         before the identity columns existed give the model from the id ("<model>:<hash>")."""
-        t = self._read("judgements", JUDGEMENT_SCHEMA, ["judge", "judge_model", "judge_kind", "judge_prompt"])
+        t = self._read("judgements", JUDGEMENT_SCHEMA, ["judge", "judge_model", "judge_kind", "judge_prompt",
+                                                         "evaluation", "judge_weights"])
         out: dict[str, dict[str, str]] = {}
         for r in t.take(self._judge_info_rows(t)).to_pylist():
             jid = r["judge"] or ""
             out[jid] = {"model": r["judge_model"] or jid.rsplit(":", 1)[0], "kind": r["judge_kind"] or "",
                         "prompt": r["judge_prompt"] or ""}
+            if r["evaluation"]:           # rows written before these columns have neither
+                out[jid]["evaluation"] = r["evaluation"]
+            if r["judge_weights"]:
+                out[jid]["weights"] = r["judge_weights"]
         return out
 
     def judgement_rows(self, columns: Sequence[str] | None = None, *, judge: str | None = None,
@@ -480,10 +521,21 @@ class _ShardedDir:
                                               np.asarray(self._judge_info_rows(t))]))
 
 
+@dataclass(frozen=True)
+class StoredPlan:
+    """A configuration's newest plan: its episodes ``(episode_id, task_id, seed, failure)``, the hash of
+    that set, and the run's scoring policy and evaluation settings (JSON) when it was planned."""
+    config_hash: str
+    episodes: list[tuple[str, str, int, str]]
+    task_set: str
+    score_failures: str
+    evaluation: str
+
+
 class EpisodeStore(_ShardedDir):
     """A run directory: episodes, steps, judgements and metrics of every config run into it.
     ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
-    SUBDIRS = ("episodes", "steps", "metrics", "judgements")
+    SUBDIRS = ("episodes", "steps", "metrics", "judgements", "plans")
 
     def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field[Any]] = (), *,
                  filesystem: pafs.FileSystem | None = None, local_dir: str | Path | None = None) -> None:
@@ -503,6 +555,45 @@ class EpisodeStore(_ShardedDir):
         self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)
         self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
         return batch_id
+
+    def write_plan(self, config_hash: str, planned: Sequence[tuple[str, str, int, str]], task_set: str,
+                   score_failures: str, evaluation: str) -> bool:
+        """Record what a run planned for ``config_hash``: ``(episode_id, task_id, seed, failure)``
+        per episode. Skipped (False) when the newest plan stored for it is the same."""
+        have = self.plans([config_hash]).get(config_hash)
+        if have is not None and have.task_set == task_set and have.score_failures == score_failures \
+                and have.evaluation == evaluation:
+            return False
+        batch_id = _batch_id()
+        t = pa.Table.from_pydict({
+            "config_hash": [config_hash] * len(planned), "batch_id": [batch_id] * len(planned),
+            "episode_id": [p[0] for p in planned], "task_id": [p[1] for p in planned],
+            "seed": [p[2] for p in planned], "failure": [p[3] for p in planned], "task_set": [task_set] * len(planned),
+            "score_failures": [score_failures] * len(planned), "evaluation": [evaluation] * len(planned)},
+            schema=PLAN_SCHEMA)
+        self._write(t, "plans", f"part-{batch_id}.parquet")
+        return True
+
+    def plans(self, config_hash: Iterable[str] | None = None) -> dict[str, StoredPlan]:
+        """The newest plan of each configuration (of those in ``config_hash``), or none for a
+        configuration run before plans were recorded (its stored episodes are then its plan)."""
+        t = self._read("plans", PLAN_SCHEMA, None, _eq("config_hash", None if config_hash is None else list(config_hash)))
+        if t.num_rows == 0:
+            return {}
+        newest = t.group_by("config_hash").aggregate([("batch_id", "max")])
+        t = t.join(newest.rename_columns(["config_hash", "__newest"]), "config_hash")
+        t = t.filter(pc.equal(t["batch_id"], t["__newest"]))
+        out: dict[str, StoredPlan] = {}
+        for h in cast("list[str]", pc.unique(t["config_hash"]).to_pylist()):
+            sub = t.filter(pc.equal(t["config_hash"], pa.scalar(h)))
+            sub = sub.take(_pick(sub, ["episode_id"]))
+            first = sub.slice(0, 1).to_pylist()[0]
+            out[h] = StoredPlan(h, list(zip(cast("list[str]", sub["episode_id"].to_pylist()),
+                                            cast("list[str]", sub["task_id"].to_pylist()),
+                                            cast("list[int]", sub["seed"].to_pylist()),
+                                            [f or "" for f in sub["failure"].to_pylist()])),
+                                first["task_set"] or "", first["score_failures"] or "", first["evaluation"] or "")
+        return out
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> Path | str:
         return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
@@ -579,6 +670,15 @@ class EpisodeStore(_ShardedDir):
         self._compact("steps", STEP_SCHEMA, self._steps_keep)
         self._compact("episodes", self.schema, self._episodes_keep)
         self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
+        self._compact("plans", PLAN_SCHEMA, self._plans_keep)
+
+    def _plans_keep(self, files: list[str]) -> pa.Array[Any]:
+        """The rows of each configuration's newest plan."""
+        t = self._read("plans", PLAN_SCHEMA, ["config_hash", "batch_id"], files=files)
+        newest = t.group_by("config_hash").aggregate([("batch_id", "max")])
+        t = t.append_column("__i", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+        t = t.join(newest.rename_columns(["config_hash", "__newest"]), "config_hash")
+        return _sorted_unique(pc.filter(t["__i"], pc.equal(t["batch_id"], t["__newest"])))
 
     def _episodes_keep(self, files: list[str]) -> pa.Array[Any]:
         t = self._read("episodes", self.schema, ["episode_id", "status", "batch_id"], files=files)
@@ -644,7 +744,9 @@ def step_rows(episode_id: str, steps: list[StepRecord]) -> list[dict[str, Any]]:
 
 def metric_rows(benchmark: str, model: str, config_hash: str, agent: str, data: str,
                 rows: list[MetricRow], judge: str = "", judge_model: str = "",
-                self_judged: bool = False) -> list[dict[str, Any]]:
+                self_judged: bool = False, **counts: Any) -> list[dict[str, Any]]:
+    """Metrics table rows; ``counts``: the columns saying what they are over (``n_planned``...,
+    ``scope``, ``task_set``; engine/outcomes.py), the same for every row given."""
     return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent, "data": data,
              "judge": judge, "judge_model": judge_model, "self_judged": self_judged,
-             "metric": m.metric, "value": m.value, "n": m.n} for m in rows]
+             "metric": m.metric, "value": m.value, "n": m.n, **counts} for m in rows]

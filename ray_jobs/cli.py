@@ -12,11 +12,16 @@ USAGE = """usage:
                                             run a pilot of N tasks (default 3) per configuration (-m:
                                             per sweep point) into RUN_DIR/_pilot, print the projected
                                             tokens, time and cost of the full run
-  dateline metrics RUN_DIR BENCHMARK [judge=J]
+  dateline metrics RUN_DIR BENCHMARK [judge=J] [score_failures=as_wrong|exclude]
                                             recompute the metrics table from a run's Parquet, one set
-                                            per judge (judge=J keeps one: id, id prefix or model name)
-  dateline tables RUN_DIR [BENCHMARK]       the benchmark's paper-layout tables (Markdown) from its
-                                            metrics, one set per judge
+                                            per judge (judge=J keeps one: id, id prefix or model name);
+                                            failures count as each plan's run.score_failures said
+                                            unless score_failures= is given
+  dateline tables RUN_DIR [BENCHMARK] [--all-tasks]
+                                            the benchmark's paper-layout tables (Markdown) from its
+                                            metrics, one set per judge: compared configurations on
+                                            the tasks all of them finished (--all-tasks: each over
+                                            its own plan), with the counts each number is over
   dateline pairwise [hydra overrides ...]   judge finished runs two at a time (conf/pairwise.yaml),
                                             e.g. runs=[runs/a,runs/b] out=runs/pairwise both_orders=true
   dateline report PATH... [--out DIR]       HTML + Markdown report (intervals, plots, cost) of run
@@ -53,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if cmd == "tables":
+        all_tasks = "--all-tasks" in rest
+        rest = [a for a in rest if a != "--all-tasks"]
         if len(rest) not in (1, 2):
             sys.stderr.write(USAGE)
             return 2
-        return tables(rest[0], rest[1] if len(rest) == 2 else None)
+        return tables(rest[0], rest[1] if len(rest) == 2 else None, all_tasks)
     if cmd == "analyst-checklists":
         from ray_jobs.configs import hydra_main
 
@@ -82,23 +89,30 @@ def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
 def metrics(rest: list[str]) -> int:
     """``dateline metrics RUN_DIR BENCHMARK [judge=J]``: recompute and print a run's metrics table."""
     from engine.benchmarks import get_benchmark
+    from engine.config import SCORE_FAILURES
     from engine.judges import SELF_JUDGED
+    from engine.outcomes import n_cell
     from engine.progress import table
     from engine.runlock import RunDirLock
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
 
     judge = [x[6:] for x in rest[2:] if x.startswith("judge=")]
-    if len(rest) != 2 + len(judge) or len(judge) > 1:
+    policy = [x.split("=", 1)[1] for x in rest[2:] if x.startswith("score_failures=")]
+    if len(rest) != 2 + len(judge) + len(policy) or len(judge) > 1 or len(policy) > 1 \
+            or any(p not in SCORE_FAILURES for p in policy):
         sys.stderr.write(USAGE)
         return 2
     store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
     with RunDirLock(rest[0], "dateline metrics"):        # it writes the metrics table
-        rows = reduce_metrics(store, rest[1], judge[0] if judge else None)
-    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n"],
+        rows = reduce_metrics(store, rest[1], judge[0] if judge else None, policy[0] if policy else None)
+    mine = [r for r in rows if r.get("scope") == "all"]
+    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n", "scored/planned"],
                            [(r["model"], r["config_hash"],
                              (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
-                             r["metric"], r["value"], r["n"]) for r in rows]) + "\n")
+                             r["metric"], r["value"], r["n"], n_cell(r)) for r in mine]) + "\n")
+    for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
+        sys.stdout.write(note + "\n")
     if any(r["self_judged"] for r in rows):
         sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
                          "test; they are not measurements of quality.\n")
@@ -119,8 +133,9 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     validate(cfg)
     b = cfg.benchmark
     if b.name != "analyst" or cfg.judge.kind == "none":
-        raise SystemExit("analyst-checklists: needs benchmark=analyst and a judge (judge.kind hosted or "
-                         "openai_compatible)")
+        raise SystemExit("analyst-checklists: needs benchmark=analyst and a judge to write the checklists "
+                         "(judge=openai_compatible, judge=hosted_model, or judge=self: the model under test writes "
+                         "them, and every table flags its scores)")
     bench = get_benchmark("analyst")
     tasks = [t for t in bench.load_tasks(cfg) if not t.checklist]
     if not tasks:
@@ -132,8 +147,8 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
         return session.pool(m, local_root(run_dir(cfg)) / "logs")       # a URI run dir: its local folder
 
     ident = judge_identity(cfg)
-    who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "temperature": cfg.judge.temperature,
-           "judge_config": to_plain(cfg.judge)}
+    who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "weights": ident.weights,
+           "temperature": cfg.judge.temperature, "judge_config": to_plain(cfg.judge)}
     results = checklists.build(tasks, b, judge_endpoints(cfg, hosted), cfg.judge, who)
     for r in results:
         sys.stdout.write(f"{r.task_id}: {r.status} {r.path} {r.detail}\n")
@@ -141,13 +156,15 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
         raise SystemExit(1)
 
 
-def tables(run_dir: str, benchmark: str | None) -> int:
+def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
     """Print (and write next to the metrics, as tables.md) every table the benchmarks of a run
-    directory define, from its metrics Parquet."""
+    directory define, from its metrics Parquet: one set per judge, compared configurations on the
+    tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked."""
     from pathlib import Path
 
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
+    from engine.outcomes import table_rows
     from engine.storage import EpisodeStore
 
     store = EpisodeStore(run_dir)
@@ -160,12 +177,13 @@ def tables(run_dir: str, benchmark: str | None) -> int:
     for name in names:
         mine = [r for r in rows if r["benchmark"] == name]
         for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
-            these = [r for r in mine if (r["judge"] or "") == judge]
-            by = f" (judge {judge})" if judge else ""
+            these, notes = table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
+            by = f" (judge {judge})" if judge else " (no judge)"
             warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
                     if any(r["self_judged"] for r in these) else "")
+            below = "".join(f"\n{n}\n" for n in notes)
             for title, md in get_benchmark(name).tables(these).items():
-                out.append(f"## {name} {title}{by}\n\n{warn}{md}\n")
+                out.append(f"## {name} {title}{by}\n\n{warn}{md}\n{below}")
     text = "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"
     (Path(run_dir) / "metrics" / "tables.md").write_text(text)
     sys.stdout.write(text)

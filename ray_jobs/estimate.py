@@ -165,7 +165,7 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
     model_plain = to_plain(m)
     jp = judge_prices(to_plain(j), model_plain)
     prices: dict[str, Prices] = {"model": Prices.of_model(model_plain), "judge": jp.tokens}
-    self_judge = j.kind == "hosted" and jm is None
+    self_judge = j.kind == "self"
     model_replicas = m.replicas if m.kind == "vllm" and (uses_model or self_judge) else 0
     judge_replicas = 0
     if jm is not None and jm.kind == "vllm" and jm != m:

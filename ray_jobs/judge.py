@@ -21,8 +21,8 @@ import time
 from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, current_gate
-from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig
-from engine.judges import JudgeIdentity, judge_identity
+from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
+from engine.judges import JudgeIdentity, evaluation_settings, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import Benchmark, JudgeRequest
 from engine.storage import EpisodeStore, PairwiseStore
@@ -40,7 +40,10 @@ def judge_endpoints(cfg: Config | PairwiseConfig, hosted: Callable[[ModelConfig]
     j = cfg.judge
     if j.kind == "openai_compatible":
         return [Endpoint(j.base_url.rstrip("/"), j.model, j.api_key_env)]
-    return hosted(j.hosted_model or cfg.model)
+    m = judge_model_config(cfg.model, j)
+    if m is None:
+        raise ValueError(f"judge.kind={j.kind!r} has no endpoints")
+    return hosted(m)
 
 
 def settled(store: EpisodeStore | PairwiseStore, judge_id: str,
@@ -63,13 +66,24 @@ def settled(store: EpisodeStore | PairwiseStore, judge_id: str,
     return done
 
 
+def run_judge_identity(cfg: Config, bench: Benchmark[Any]) -> JudgeIdentity:
+    """The identity a run's judge stage keys its judgements by: the judge, the benchmark's judge
+    prompt version and its evaluation settings in ``cfg`` (a changed setting is a new judge: the
+    next run judges again, never mixes)."""
+    return judge_identity(cfg, getattr(bench, "judge_prompt_version", ""),
+                          evaluation=evaluation_settings(cfg.benchmark, bench.evaluation_fields))
+
+
 def pending_requests(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, config_hash: str,
                      judge_id: str, retry_failed_calls: bool = True) -> list[JudgeRequest]:
     """Requests whose answers are missing; several rows asking for the same task-level judgement
-    (same episode_id and key) yield one request."""
+    (same episode_id and key) yield one request. Rows are judged under ``cfg``'s evaluation
+    settings (``row["evaluation"]``), not those they were generated under."""
     done = settled(store, judge_id, retry_failed_calls)
     out: dict[tuple[str, str], JudgeRequest] = {}
+    evaluation = evaluation_settings(cfg.benchmark, bench.evaluation_fields)
     for row in store.episodes(config_hash=config_hash, ok_only=True).to_pylist():
+        row["evaluation"] = evaluation
         for r in bench.judge_requests(row, done):
             if r.key not in done.get(r.episode_id, {}):
                 out.setdefault((r.episode_id, r.key), r)
@@ -105,7 +119,7 @@ class JudgeCaller:
         client = self.router.client_for(req.episode_id)
         row: dict[str, Any] = {"episode_id": req.episode_id, **self.judge.columns(), "key": req.key, "value": None,
                                "ok": False, "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0,
-                               "tokens_out": 0, "latency_s": 0.0}
+                               "tokens_out": 0, "latency_s": 0.0, "truncated": False}
         try:
             for attempt in range(1, j.max_attempts + 1):
                 row["attempts"] = attempt
@@ -121,6 +135,7 @@ class JudgeCaller:
                     row["error"] = str(e)
                     break
                 row["raw_output"] = c.text
+                row["truncated"] = c.finish_reason == "length"    # recorded per judgement (analyst reasoning cut short)
                 row["tokens_in"] += c.prompt_tokens
                 row["tokens_out"] += c.completion_tokens
                 row["latency_s"] += c.latency_s
@@ -172,8 +187,9 @@ class _Target:
     """What the stream judges for one configuration in one run dir."""
 
     def __init__(self, bench: Benchmark[Any], caller: JudgeCaller, done: dict[str, dict[str, str | None]],
-                 rows_at_once: int) -> None:
+                 rows_at_once: int, evaluation: dict[str, Any] | None = None) -> None:
         self.bench, self.caller, self.done = bench, caller, done
+        self.evaluation = evaluation or {}         # the run's evaluation settings (row["evaluation"])
         # episodes whose prompts exist at once: a backlog of finished episodes waits as rows, and
         # their (long, for analyst) judge prompts are built only when there is room to send them
         self.room = asyncio.Semaphore(rows_at_once)
@@ -203,7 +219,7 @@ class _Target:
 
     async def judge_row(self, row: dict[str, Any]) -> None:
         async with self.room:
-            await self._judge_row(row)
+            await self._judge_row(dict(row, evaluation=self.evaluation))
 
     async def _judge_row(self, row: dict[str, Any]) -> None:
         for _ in range(MAX_ROUNDS):         # an answer may unlock the next round's requests
@@ -249,14 +265,15 @@ class JudgeStream:
         """Judge configuration ``key`` (stored in ``store``) with ``cfg.judge`` on ``endpoints``;
         what the store already settled for this judge is not asked again (endpoint failures of
         earlier runs are)."""
-        judge = judge_identity(cfg, getattr(bench, "judge_prompt_version", ""))
+        judge = run_judge_identity(cfg, bench)
         done = settled(store, judge.id)
+        evaluation = evaluation_settings(cfg.benchmark, bench.evaluation_fields)
 
         async def make() -> None:
             caller = JudgeCaller(endpoints, cfg.judge, bench.parse_judgement, judge, store.write_judgements, gate,
                                  max_inflight)
             per_endpoint = max_inflight or cfg.judge.max_inflight
-            self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)))
+            self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)), evaluation)
         self._run(make())
         self.t0[key] = time.time()
 
@@ -306,7 +323,7 @@ def run_judge_stage(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, con
     judge's endpoints (so a hosted model is only started when something needs judging)."""
     if cfg.judge.kind == "none":
         return {"skipped": "judge.kind=none"}
-    judge = judge_identity(cfg, getattr(bench, "judge_prompt_version", ""))
+    judge = run_judge_identity(cfg, bench)
     judge_id = judge.id
     t0 = time.time()
     total: dict[str, Any] = {"judge": judge_id, "judge_model": judge.model, "requests": 0, "rounds": 0}

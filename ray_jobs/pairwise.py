@@ -10,6 +10,10 @@ runs two at a time, as a stage of its own over their Parquet.
    to ``OUT/judgements``, keyed by (comparison, judge identity, protocol). A re-run judges only
    what is missing; new systems or tasks add comparisons without repeating old ones.
 4. A summary (win rates, Bradley-Terry) is printed; ``dateline report OUT`` draws it all.
+
+``OUT/plan.json`` (written with ``systems.json``, before judging) records this run's plan: the
+settings that choose it, its systems and its comparison ids. Reports count only verdicts on that
+plan's comparisons whose texts are still the systems' current outputs (``engine.pairwise.CurrentPlan``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from engine.benchmarks import get_benchmark
 from engine.config import Config, ModelConfig, PairwiseConfig, to_plain, validate_pairwise
 from engine.judges import judge_identity
 from engine.errors import ConfigError
-from engine.pairwise import REFERENCE, labels, plan
+from engine.pairwise import REFERENCE, Comparison, labels, plan
 from engine.protocol import Benchmark, JudgeRequest, PairwiseSpec
 from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, settled
@@ -105,6 +109,26 @@ def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, 
     return rows, articles, counts
 
 
+PLAN_FILE = "plan.json"
+PLAN_SETTINGS = ("benchmark", "runs", "systems", "include_reference", "seed", "both_orders", "limit")
+
+
+def plan_record(cfg: PairwiseConfig, systems: list[dict[str, Any]], comps: list[Comparison]) -> dict[str, Any]:
+    """What ``plan.json`` holds: the settings that choose the plan, its systems and comparison ids."""
+    plain = to_plain(cfg)
+    return {"config": {k: plain[k] for k in PLAN_SETTINGS}, "systems": [s["system_id"] for s in systems],
+            "comparisons": sorted(c.comparison_id for c in comps)}
+
+
+def plan_config(settings: dict[str, Any]) -> PairwiseConfig:
+    """A config that collects what a recorded plan collected (``plan_record``'s settings, or the
+    ``config`` of a ``pairwise-*.json``), with ``limit`` off so every current text is read."""
+    return PairwiseConfig(benchmark=str(settings.get("benchmark") or "newsagent"),
+                          runs=[str(r) for r in settings.get("runs") or []],
+                          systems=[str(x) for x in settings.get("systems") or []],
+                          include_reference=bool(settings.get("include_reference", True)), limit=None)
+
+
 def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[str, Any]:
     from engine.runlock import RunDirLock
 
@@ -124,6 +148,7 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
     new = [dict(asdict(c), benchmark=bench.name) for c in comps if c.comparison_id not in known]
     store.write_comparisons(new)
     store.write_json("systems.json", systems)
+    store.write_json(PLAN_FILE, plan_record(cfg, systems, comps))
     judge = judge_identity(cfg, spec.prompt_version, {"guided_json": cfg.guided_json, "max_tokens": cfg.max_tokens})
     judge_id = judge.id
     done = settled(store, judge_id)

@@ -20,14 +20,14 @@ NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 _COMMON: dict[str, Any] = {
     "episode_id": "e0", "config_hash": "c", "task_id": "t0", "model": "m", "agent": "{}", "data": "{}", "seed": 0,
     "status": "ok", "error": "", "output": "", "n_steps": 1, "tokens_in": 1, "tokens_out": 1, "wall_time_s": 0.1,
-    "started_at": NOW, "finished_at": NOW, "worker": "w", "replica": 0,
+    "started_at": NOW, "finished_at": NOW, "worker": "w", "replica": 0, "engine": "{}", "weights_id": "",
 }
 
 _BENCHMARK: dict[str, dict[str, Any]] = {
     "newsagent": {
         "finish_reason": "terminate", "title": "t0", "release_date": "2024-01-18", "final_draft": [],
         "draft_ids": [], "retrieved_ids": [], "reference_ids": [], "n_search": 0, "n_insert": 0, "n_remove": 0,
-        "n_terminate": 1, "n_failed_insert": 0, "n_failed_remove": 0, "n_failed_parse": 0, "n_empty_search": 0,
+        "n_terminate": 1, "n_failed_insert": 0, "n_duplicate_insert": 0, "n_failed_remove": 0, "n_failed_parse": 0, "n_empty_search": 0,
         "operations": 0, "rephrase_attempts": 0, "trace_untraceable_share": None, "traceable": False,
     },
     "livenews": {

@@ -13,7 +13,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-Responder = Callable[[list[dict[str, Any]], dict[str, Any]], "str | tuple[int, str]"]
+# a reply: its text; (status, message) for an HTTP error; or {"text": ..., "finish_reason": ...}
+# (e.g. "length": an answer cut at max_tokens)
+Responder = Callable[[list[dict[str, Any]], dict[str, Any]], "str | tuple[int, str] | dict[str, str]"]
 
 
 class FakeOpenAI:
@@ -64,10 +66,13 @@ class FakeOpenAI:
                     self.end_headers()
                     self.wfile.write(err)
                     return
+                finish = "stop"
+                if isinstance(text, dict):
+                    text, finish = text["text"], text.get("finish_reason", "stop")
                 prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in req["messages"])
                 body = json.dumps({
                     "id": "fake", "object": "chat.completion", "created": int(time.time()), "model": req["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                               "total_tokens": prompt_tokens + len(text.split())},

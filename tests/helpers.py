@@ -66,3 +66,17 @@ def livenews_responder(grade: str | None = None):
 
 # for a hosted fake server (``FAKE_VLLM_RESPONDER=tests.helpers:livenews_script``): grades only "Buffalo Bills" right
 livenews_script = livenews_responder(grade="Buffalo Bills")
+
+
+def metrics_of(bench: Any, rows: list[dict[str, Any]], judged: bool = True, policy: str = "as_wrong",
+               planned: Any = None) -> dict[str, Any]:
+    """``{metric: MetricRow}`` of ``rows`` as the run computes them (engine/outcomes.py: means of
+    the benchmark's episode values over the plan, the benchmark's other metrics), seen through a
+    judge (``judged``) or none; the rows are their own plan unless ``planned`` is given."""
+    from engine import outcomes
+
+    from engine.protocol import MetricRow
+
+    rows = [dict(r, judge=r.get("judge", "j" if judged else "")) for r in rows]
+    out, c = outcomes.metric_rows(bench, rows, planned, policy, judged)
+    return {"scored_share": MetricRow("scored_share", c.n_scored / c.n_planned, c.n_planned), **{m.metric: m for m in out}}

@@ -37,8 +37,8 @@ __all__ = ["build", "main", "pairwise_summary", "read_human", "sign_tests", "loa
 
 
 def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Path | None = None,
-          prices: Mapping[str, Prices] | None = None, title: str = "dateline report", judge: str | None = None
-          ) -> Path:
+          prices: Mapping[str, Prices] | None = None, title: str = "dateline report", judge: str | None = None,
+          all_tasks: bool = False, score_failures: str | None = None) -> Path:
     """Write ``report.html``, ``report.md`` and the figures of ``paths`` to ``out``; the HTML's path."""
     out.mkdir(parents=True, exist_ok=True)
     page = Page(out)
@@ -46,7 +46,7 @@ def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Pat
         if (p / "comparisons").is_dir():
             render_pairwise(page, pairwise_section(p, n_boot, human, prices))
         elif (p / "episodes").is_dir():
-            for section in run_sections(p, n_boot, prices or {}, judge):
+            for section in run_sections(p, n_boot, prices or {}, judge, all_tasks, score_failures):
                 render_benchmark(page, section)
         else:
             raise DataError(p, None, None, "neither a run directory (episodes/) nor a pairwise directory (comparisons/)")
@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
                          "API judge by its judge.name or judge.model; repeatable")
     ap.add_argument("--judge", help="show only this judge's numbers (its id, an id prefix, or its model name); "
                                     "default: every judge, each in its own block")
+    ap.add_argument("--all-tasks", action="store_true",
+                    help="each configuration over its own plan (default: compared configurations on the tasks "
+                         "every one of them finished)")
+    ap.add_argument("--score-failures", choices=("as_wrong", "exclude"),
+                    help="what planned episodes without a scored result count as (default: what each run's "
+                         "run.score_failures said)")
     ap.add_argument("--title", default="dateline report")
     # ``judge=X`` as at metrics time (``dateline metrics RUN BENCH judge=X``) is --judge X
     a = ap.parse_args([f"--judge={x[6:]}" if x.startswith("judge=") else x for x in (argv or [])])
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
-    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge)
+    path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge, a.all_tasks,
+                 a.score_failures)
     sys.stdout.write(f"{path}\n{out / 'report.md'}\n")
     return 0

@@ -1,12 +1,17 @@
 """What the report says about a pairwise directory, as data (no formatting, no plots): the
 systems, what judging cost, and per judge and protocol the verdicts' position statistics, win
-rates, Bradley-Terry ratings, sign tests, dimension-wise shares and agreement with human labels."""
+rates, Bradley-Terry ratings, sign tests, dimension-wise shares and agreement with human labels.
+
+Only the current plan's verdicts count (``current_plan``, ``engine.pairwise.CurrentPlan``): those
+on comparisons the latest stage planned whose judged texts are still the systems' current outputs;
+the rest are left out and counted per judge and protocol (stale / not in the plan)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
@@ -16,7 +21,8 @@ import numpy.typing as npt
 from engine import stats
 from engine.benchmarks import get_benchmark
 from engine.cost import Prices, judge_prices
-from engine.pairwise import outcome, pair_outcomes, position_bias
+from engine.pairwise import (CURRENT, NOT_IN_PLAN, REFERENCE, STALE, CurrentPlan, current_texts, outcome,
+                             pair_outcomes, plan, position_bias, slot)
 from engine.storage import PairwiseStore
 
 Matrix = npt.NDArray[np.float64]
@@ -28,7 +34,8 @@ class Verdicts:
     judge: str
     protocol: str
     comparisons: list[dict[str, Any]]
-    values: dict[str, str | None]      # comparison id -> verdict JSON (None: failed)
+    values: dict[str, str | None]      # comparison id -> verdict JSON (None: failed), current plan only
+    left_out: dict[str, int] = field(default_factory=dict)     # STALE / NOT_IN_PLAN -> stored verdicts left out
 
     def systems(self) -> list[str]:
         return sorted({c["system_a"] for c in self.comparisons} | {c["system_b"] for c in self.comparisons})
@@ -38,15 +45,75 @@ class Verdicts:
         return [o for c in self.comparisons if (o := outcome(c, self.values[c["comparison_id"]])) is not None]
 
 
-def load_verdicts(store: PairwiseStore) -> list[Verdicts]:
+def load_verdicts(store: PairwiseStore, current: CurrentPlan | None = None) -> list[Verdicts]:
+    """Per judge and protocol, the stored verdicts the current plan counts (``current``, default
+    ``current_plan(store)``) and how many it left out, stale or not in the plan."""
     comps = store.comparisons()
+    current = current_plan(store, comps) if current is None else current
+    status = {c["comparison_id"]: current.status(c) for c in comps}
     judges = sorted({(r["judge"], r["key"]) for r in store.judgement_rows()})
     out = []
     for judge, proto in judges:
         j = store.judgements(judge)
-        vals = {cid: d[proto] for cid, d in j.items() if proto in d}
-        out.append(Verdicts(judge, proto, [c for c in comps if c["comparison_id"] in vals], vals))
+        stored = {cid: d[proto] for cid, d in j.items() if proto in d}
+        left = Counter(status.get(cid, NOT_IN_PLAN) for cid in stored)
+        vals = {cid: v for cid, v in stored.items() if status.get(cid) == CURRENT}
+        out.append(Verdicts(judge, proto, [c for c in comps if c["comparison_id"] in vals], vals,
+                            {STALE: left[STALE], NOT_IN_PLAN: left[NOT_IN_PLAN]}))
     return out
+
+
+def current_plan(store: PairwiseStore, comps: list[dict[str, Any]] | None = None) -> CurrentPlan:
+    """The plan a report counts verdicts of: the latest stage's (``plan.json``: its systems and
+    comparisons), and its systems' current texts, re-read from the run dirs (as the stage reads
+    them, ``ray_jobs.pairwise.collect``) and re-hashed. A pairwise dir written before
+    ``plan.json`` existed falls back to the latest ``pairwise-*.json``'s settings over the systems
+    of ``systems.json`` (the plan re-made from the current texts), and with no stage record at all
+    to ``systems.json``'s systems; run dirs that cannot be read leave the texts unchecked."""
+    from ray_jobs.pairwise import PLAN_FILE, collect, plan_config
+
+    comps = store.comparisons() if comps is None else comps
+    record = store.read_json(PLAN_FILE)
+    infos = store.run_infos("pairwise-")
+    listed: list[dict[str, Any]] = store.read_json("systems.json") or []
+    benches = {c.get("benchmark") for c in comps} - {None}
+    slots: frozenset[tuple[int, str, str, str]] | None = None
+    if record:
+        settings: dict[str, Any] = record.get("config") or {}
+        systems: frozenset[str] | None = frozenset(record.get("systems") or [])
+        ids = set(record.get("comparisons") or [])
+        slots = frozenset(slot(c) for c in comps if c["comparison_id"] in ids)
+        source = f"the plan of the latest `dateline pairwise` run ({len(ids)} comparisons)"
+    elif infos and infos[-1].get("config"):
+        settings = infos[-1]["config"]
+        systems = frozenset(s["system_id"] for s in listed) or None
+        source = ("the latest stage's settings over the systems of systems.json (no plan.json: the plan is re-made "
+                  "from the current texts)")
+    elif listed:
+        settings = {"benchmark": benches.pop() if len(benches) == 1 else "newsagent",
+                    "runs": sorted({s["run_dir"] for s in listed if s.get("run_dir")}),
+                    "systems": sorted({s["config_hash"] for s in listed if s.get("config_hash")}),
+                    "include_reference": any(s["system_id"] == REFERENCE for s in listed)}
+        systems = frozenset(s["system_id"] for s in listed)
+        source = "the systems of systems.json (no stage recorded: any task, seed and order)"
+    else:
+        return CurrentPlan(None, None, None, "No plan recorded: every stored verdict counts; texts not re-checked.")
+    try:
+        _, articles, _ = collect(plan_config(settings), get_benchmark(str(settings.get("benchmark") or "newsagent")))
+    except (ValueError, OSError) as e:          # run dirs moved or gone (ConfigError, DataError, Arrow errors)
+        return CurrentPlan(slots, systems, None, f"Counted: verdicts on comparisons of {source}. Texts not "
+                                                 f"re-checked (the run dirs could not be read: {e}).")
+    texts = current_texts(articles)
+    if slots is None and "seed" in settings:
+        arts = {sid: a for sid, a in articles.items() if systems is None or sid in systems}
+        tasks = sorted({t for sid, a in arts.items() if sid != REFERENCE for t in a})
+        if settings.get("limit") is not None:
+            tasks = tasks[: int(settings["limit"])]
+        fresh, _ = plan(arts, int(settings["seed"]), bool(settings.get("both_orders")), tasks)
+        slots = frozenset((c.seed, c.task_id, c.first, c.second) for c in fresh)
+    return CurrentPlan(slots, systems, texts, f"Counted: verdicts on comparisons of {source} whose two judged "
+                                              f"texts are still the systems' current outputs (re-read from the "
+                                              f"run dirs and re-hashed).")
 
 
 def read_human(path: Path, systems: set[str], tasks: set[str] | None = None
@@ -166,6 +233,7 @@ class PairwiseSection:
     systems: list[dict[str, Any]]
     cost: JudgingCost | None
     protocols: list[ProtocolSection]
+    plan: CurrentPlan | None = None     # what the verdicts were filtered by
 
 
 # -- computing them ---------------------------------------------------------------------------------
@@ -175,13 +243,14 @@ def pairwise_section(root: Path, n_boot: int, human: Path | None,
     systems: list[dict[str, Any]] = store.read_json("systems.json") or []
     label = {s["system_id"]: s["label"] for s in systems}
     judges = store.judges()
+    current = current_plan(store)
     protos = []
-    for v in load_verdicts(store):
+    for v in load_verdicts(store, current):
         jmodel = judges.get(v.judge, {}).get("model", "")
         self_judged = bool(jmodel) and jmodel in {s["model"] for s in systems}
         protos.append(protocol_section(v, [label.get(i, i) for i in v.systems()], jmodel if self_judged else "",
                                        n_boot, human))
-    return PairwiseSection(root, systems, judging_cost(store.run_infos("pairwise-"), prices), protos)
+    return PairwiseSection(root, systems, judging_cost(store.run_infos("pairwise-"), prices), protos, current)
 
 
 def judging_cost(infos: list[dict[str, Any]], prices: Mapping[str, Prices] | None = None) -> JudgingCost | None:

@@ -19,7 +19,7 @@ from engine import stats
 from engine.benchmarks import get_benchmark
 from engine.config import config_labels
 from engine.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
-from engine.judges import judged_views
+from engine import outcomes
 from engine.protocol import Benchmark, Row
 from engine.storage import EpisodeStore
 
@@ -34,9 +34,16 @@ class ConfigGroup:
     data: dict[str, Any]
     rows: list[Row]
     label: str = ""
-    values: list[dict[str, float]] = field(default_factory=list)   # bench.episode_values(rows), computed once
+    # per planned episode (in the block's scope), what its means count (engine/outcomes.py),
+    # computed once: the metrics, intervals, paired tests and per-task values all use them
+    values: list[dict[str, float]] = field(default_factory=list)
+    value_tasks: list[str] = field(default_factory=list)           # the task of each entry of values
     judge: str = ""                 # the one judge whose judgements the rows carry ("" when none)
     self_judged: bool = False
+    planned: list[outcomes.Planned] | None = None    # its plan (None: the stored rows)
+    policy: str = "as_wrong"        # run.score_failures
+    counts: outcomes.Counts | None = None             # over its whole plan
+    task_set: str = ""
 
     @property
     def ok(self) -> list[Row]:
@@ -58,10 +65,15 @@ def episode_tokens(r: Row) -> float:
 # -- sections ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PairedRow:
+    """One paired test. Its family, for the Holm correction, is every paired test of the same
+    primary metric in the same judged block (one judge's view of one benchmark in one report):
+    ``p_holm`` is ``test.p_value`` adjusted over the ``family_size`` tests of that family."""
     metric: str
     a: str                  # configuration labels
     b: str
     test: stats.PairedTest
+    p_holm: float = float("nan")
+    family_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,10 @@ class JudgedBlock:
     judge: str
     judge_info: dict[str, str]          # model, kind, prompt as the store records them
     groups: list[ConfigGroup]
+    # what the comparisons of the block are over: the tasks every compared configuration finished
+    # (engine/outcomes.py), or each configuration's own plan (--all-tasks)
+    scope: str
+    scope_note: str
     metrics: list[str]                  # row order of the metrics table
     estimates: dict[str, dict[str, stats.Estimate]]     # config hash -> metric -> per-episode mean, interval
     plain: dict[str, dict[str, tuple[float, int]]]      # config hash -> metric -> (value, n) from bench.metrics
@@ -139,7 +155,7 @@ class BenchmarkSection:
     name: str
     root: Path
     n_boot: int
-    groups: list[ConfigGroup]
+    groups: list[ConfigGroup]           # each configuration over its whole plan (counts, incomplete)
     judge_filter: str | None
     judges: dict[str, dict[str, str]]   # every judge with rows here
     blocks: list[JudgedBlock]           # sorted by judge id
@@ -153,91 +169,123 @@ class BenchmarkSection:
 
 
 # -- computing them ---------------------------------------------------------------------------------
-def run_sections(root: Path, n_boot: int, prices: Mapping[str, Prices], judge: str | None = None
-                 ) -> list[BenchmarkSection]:
+def run_sections(root: Path, n_boot: int, prices: Mapping[str, Prices], judge: str | None = None,
+                 all_tasks: bool = False, score_failures: str | None = None) -> list[BenchmarkSection]:
     probe = EpisodeStore(root)
     names = sorted({r["benchmark"] for r in probe.episodes().select(["benchmark"]).to_pylist()})
-    return [benchmark_section(root, name, n_boot, prices, judge) for name in names]
+    return [benchmark_section(root, name, n_boot, prices, judge, all_tasks, score_failures) for name in names]
 
 
-def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, Prices], judge: str | None
-                      ) -> BenchmarkSection:
+def _group(v: outcomes.ConfigView, label: str = "") -> ConfigGroup:
+    return ConfigGroup(v.model, v.config_hash, json.loads(v.agent or "{}"), json.loads(v.data or "{}"), v.rows,
+                       label, judge=v.judge, self_judged=v.self_judged, planned=v.planned, policy=v.policy,
+                       counts=v.counts(), task_set=v.task_set)
+
+
+def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, Prices], judge: str | None,
+                      all_tasks: bool = False, score_failures: str | None = None) -> BenchmarkSection:
+    """One benchmark of a run dir: its configurations (each over its own plan, with counts), one
+    block per judge (engine/outcomes.py: configurations compared on the tasks all of them
+    finished, unless ``all_tasks``), and tokens and cost."""
     bench = get_benchmark(name)
     store = EpisodeStore(root, bench.episode_fields)
-    by: dict[str, ConfigGroup] = {}
-    for r in store.episodes().to_pylist():
-        if r["benchmark"] != name:
-            continue
-        g = by.setdefault(r["config_hash"], ConfigGroup(r["model"], r["config_hash"], json.loads(r["agent"] or "{}"),
-                                                         json.loads(r["data"] or "{}"), []))
-        g.rows.append(r)
-    groups = sorted(by.values(), key=lambda g: (g.model, json.dumps(g.agent, sort_keys=True), g.config_hash))
+    views = outcomes.config_views(store, bench, None, score_failures)
+    groups_by: dict[str, ConfigGroup] = {}
+    for v in views:                       # one entry per configuration, whichever judge
+        groups_by.setdefault(v.config_hash, _group(v))
+    groups = sorted(groups_by.values(), key=lambda g: (g.model, json.dumps(g.agent, sort_keys=True), g.config_hash))
     label_groups(groups)
-    # one block per judge: a configuration judged by two judges shows two sets of numbers
-    by_judge = store.judgements_by_judge(bench.parse_judgement)
+    labels = {g.config_hash: g.label for g in groups}
     judges = store.judges()
-    views: dict[str, list[ConfigGroup]] = defaultdict(list)
-    for g in groups:
-        for v in judged_views(g.rows, by_judge, judges, judge):
-            views[v.judge].append(ConfigGroup(g.model, g.config_hash, g.agent, g.data, v.rows, g.label,
-                                              judge=v.judge, self_judged=v.self_judged))
-    blocks = [judged_block(bench, name, jid, judges.get(jid, {}), views[jid], n_boot) for jid in sorted(views)]
+    # one block per judge: a configuration judged by two judges shows two sets of numbers
+    chosen = outcomes.config_views(store, bench, judge, score_failures) if judge is not None else views
+    blocks = []
+    for jid in sorted({v.judge for v in chosen}):
+        mine = [v for v in chosen if v.judge == jid]
+        mine.sort(key=lambda v: [g.config_hash for g in groups].index(v.config_hash))
+        blocks.append(judged_block(bench, name, jid, judges.get(jid, {}), mine, labels, n_boot, all_tasks))
     costs = run_costs(store, groups, prices)
     return BenchmarkSection(name, root, n_boot, groups, judge, judges, blocks,
                             cost_rows(groups, costs, n_boot), tokens_chart(groups, costs))
 
 
-def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, str], groups: list[ConfigGroup],
-                 n_boot: int) -> JudgedBlock:
+def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, str],
+                 views: list[outcomes.ConfigView], labels: dict[str, str], n_boot: int,
+                 all_tasks: bool = False) -> JudgedBlock:
     """Metrics with intervals, paired tests, paper tables, curve and per-task values of
-    configurations seen through one judge (or none)."""
+    configurations seen through one judge (or none), compared on the tasks every configuration of
+    a dataset finished (``all_tasks``: each over its own plan)."""
+    scoped: list[tuple[outcomes.ConfigView, list[outcomes.Planned] | None]] = []
+    notes = []
+    for fam in outcomes.families(views).values():
+        if all_tasks or len(fam) < 2:
+            scoped += [(v, v.planned) for v in fam]
+            continue
+        common = outcomes.common_tasks([(v.rows, v.planned) for v in fam])
+        union = set().union(*(outcomes.planned_tasks(v.rows, v.planned) for v in fam))
+        notes.append(outcomes.common_note(len(common), len(union - common), len(fam)))
+        scoped += [(v, outcomes.restrict(v.rows, v.planned, common)) for v in fam]
+    if all_tasks and len(views) > 1:
+        notes.append("Each configuration over its own plan (--all-tasks): configurations may cover different "
+                     "tasks; failures count as the policy of each says.")
     ests: dict[str, dict[str, stats.Estimate]] = {}
     plain: dict[str, dict[str, tuple[float, int]]] = {}
     order: list[str] = []
     metric_rows: list[Row] = []
-    for g in groups:
-        mrows = bench.metrics(g.rows)
+    groups: list[ConfigGroup] = []
+    for v, planned in scoped:
+        g = _group(v, labels.get(v.config_hash, v.config_hash))
+        mrows, counts = outcomes.metric_rows_of(bench, v, planned)
+        c_all = g.counts or counts
         metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
-                         "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n} for m in mrows]
+                         "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n,
+                         **c_all.columns()} for m in mrows]
         plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
         order += [m.metric for m in mrows if m.metric not in order]
-        vals = g.values = bench.episode_values(g.rows)
-        tasks = [r["task_id"] for r in g.rows]
+        evs = outcomes.episode_values(bench, v.rows, planned, v.policy, bool(v.judge))
+        g.values = [e.values for e in evs]
+        g.value_tasks = [e.planned.task_id for e in evs]
         ests[g.config_hash] = {}
-        for m in {k for v in vals for k in v}:
-            xs = [v.get(m, float("nan")) for v in vals]
-            e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
+        for m in {k for vals in g.values for k in vals}:
+            xs = [vals.get(m, float("nan")) for vals in g.values]
+            e = stats.cluster_mean(xs, g.value_tasks, n_boot, seed=0)
             ests[g.config_hash][m] = e
             want = plain[g.config_hash].get(m)
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
                                                                                   abs_tol=1e-9):
                 log.warning("%s %s: per-episode mean %.6g differs from the metric %.6g", name, m, e.value, want[0])
-    return JudgedBlock(judge, info, groups, order, ests, plain, paired_rows(bench, groups, n_boot),
-                       bench.tables(metric_rows), curve(bench, groups, ests), per_task(bench, groups))
+        groups.append(g)
+    scope = outcomes.ALL if all_tasks or not notes else outcomes.COMMON
+    return JudgedBlock(judge, info, groups, scope, " ".join(notes), order, ests, plain,
+                       paired_rows(bench, groups, n_boot), bench.tables(metric_rows), curve(bench, groups, ests),
+                       per_task(bench, groups))
 
 
 def paired_rows(bench: Benchmark[Any], groups: list[ConfigGroup], n_boot: int) -> list[PairedRow] | None:
-    """Paired tests on the benchmark's primary metrics between configurations sharing tasks."""
-    pairs = [(a, b) for a, b in itertools.combinations(groups, 2)
-             if {r["task_id"] for r in a.rows} & {r["task_id"] for r in b.rows}]
+    """Paired tests on the benchmark's primary metrics between configurations sharing tasks
+    (``groups``: one judged block). Each metric's tests are one family: their p-values are
+    Holm-adjusted together (``stats.holm``), so a block with k configurations reports at most
+    k(k-1)/2 tests per metric at a family-wise error rate of alpha, not one per pair."""
+    pairs = [(a, b) for a, b in itertools.combinations(groups, 2) if set(a.value_tasks) & set(b.value_tasks)]
     if not (pairs and bench.primary_metrics):
         return None
     rows = []
     for m in bench.primary_metrics:
-        for a, b in pairs:
-            t = stats.paired_test(per_task_values(a, m), per_task_values(b, m), n_boot)
-            if t.n_tasks:
-                rows.append(PairedRow(m, a.label, b.label, t))
+        tests = [(a, b, stats.paired_test(per_task_values(a, m), per_task_values(b, m), n_boot)) for a, b in pairs]
+        tests = [(a, b, t) for a, b, t in tests if t.n_tasks]
+        adjusted = stats.holm([t.p_value for _, _, t in tests])
+        family = sum(not math.isnan(t.p_value) for _, _, t in tests)
+        rows += [PairedRow(m, a.label, b.label, t, p, family) for (a, b, t), p in zip(tests, adjusted)]
     return rows
 
 
 def per_task_values(g: ConfigGroup, metric: str) -> dict[str, float]:
     """``metric`` per task, averaged over the task's episodes (seeds) that have a value."""
     acc: dict[str, list[float]] = defaultdict(list)
-    for r, v in zip(g.rows, g.values):
+    for t, v in zip(g.value_tasks, g.values):
         if metric in v and not math.isnan(v[metric]):
-            acc[r["task_id"]].append(v[metric])
+            acc[t].append(v[metric])
     return {t: float(np.mean(x)) for t, x in acc.items()}
 
 

@@ -45,8 +45,7 @@ class Page:
         self.md.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
                        + "".join("| " + " | ".join(r) + " |\n" for r in cells))
         self.html.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                         + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                                   for r in cells) + "</table>")
+                         + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in cells) + "</table>")
 
     def markdown_table(self, md: str) -> None:
         """A table a benchmark wrote as Markdown (its paper layout), as is and as HTML."""
@@ -77,7 +76,7 @@ h1{{border-bottom:2px solid #333}} h2{{margin-top:2em;border-bottom:1px solid #c
 table{{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em}}
 th,td{{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}} th{{background:#f3f3f3}}
 tr:nth-child(even) td{{background:#fafafa}} figure{{margin:1em 0}} img{{max-width:100%}}
-figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}}
+figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}} td.incomplete{{background:#fde2e1 !important;color:#8a1c14}}
 </style></head><body><h1>{html.escape(title)}</h1>
 {chr(10).join(self.html)}
 </body></html>"""
@@ -93,7 +92,14 @@ def md_table_html(md: str) -> str:
     cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
     head, body = cells[0], cells[2:]
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+            + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def _td(text: str) -> str:
+    """A cell; one that says a configuration is INCOMPLETE is marked so a reader cannot miss it."""
+    if "INCOMPLETE" in text:
+        return f'<td class="incomplete"><b>{html.escape(text)}</b></td>'
+    return f"<td>{html.escape(text)}</td>"
 
 
 def num(v: float | None) -> str:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from engine.judges import SELF_JUDGED
+from engine.pairwise import NOT_IN_PLAN, STALE
 from ray_jobs.report import plots
 from ray_jobs.report.compute_pairwise import (Agreement, Dimensions, JudgingCost, PairwiseSection, ProtocolSection,
                                               Ratings, SignTest, StageSummary)
@@ -19,6 +20,9 @@ def render_pairwise(page: Page, s: PairwiseSection) -> None:
     page.heading(f"Pairwise judging: {s.root}")
     page.table(["system", "label", "run"], [[x["system_id"], x["label"], x["run_dir"] or "(task data)"]
                                            for x in s.systems])
+    if s.plan is not None:
+        page.para(s.plan.note + " Stored verdicts on texts that have changed since they were judged (stale) or on "
+                  "comparisons outside this plan are left out and counted below.")
     if s.cost is not None:
         render_cost(page, s.cost)
     for p in s.protocols:
@@ -43,6 +47,10 @@ def render_protocol(page: Page, p: ProtocolSection) -> None:
                     f"so it judged pairs it is in; these verdicts are not a measurement of quality.")
     page.para(f"{len(v.values)} verdicts over {len({c['task_id'] for c in v.comparisons})} tasks; {p.failed} failed "
               f"(malformed after every retry; excluded, not guessed).")
+    stale, other = v.left_out.get(STALE, 0), v.left_out.get(NOT_IN_PLAN, 0)
+    page.para(f"Left out: {stale + other} stored verdicts: {stale} stale (a judged text is no longer the system's "
+              f"current output; run `dateline pairwise` again to judge the new text) and {other} not in the current "
+              f"plan (another seed, order, task or system than the latest stage's).")
     if p.position is not None:
         pos = p.position
         consistent = ("n/a (judge with both_orders=true to measure)" if not pos.pairs_both_orders else

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from engine import outcomes
+from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
 from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, JudgedBlock
@@ -12,12 +14,28 @@ from ray_jobs.report.page import Cell, Page, est, num
 
 def render_benchmark(page: Page, s: BenchmarkSection) -> None:
     page.heading(f"{s.name}: {s.root}")
-    page.para(f"{len(s.groups)} configuration(s); {sum(len(g.rows) for g in s.groups)} episodes. Intervals: 95% "
-              f"bootstrap over tasks ({s.n_boot} resamples); n = episodes behind the value.")
-    page.table(["configuration", "config hash", "episodes (ok / error)", "tasks"],
-               [[g.label, g.config_hash, f"{sum(r['status'] == 'ok' for r in g.rows)} / "
-                 f"{sum(r['status'] != 'ok' for r in g.rows)}", len({r['task_id'] for r in g.rows})]
-                for g in s.groups])
+    page.para(f"{len(s.groups)} configuration(s). Intervals: 95% bootstrap over tasks ({s.n_boot} resamples); "
+              "n = planned episodes behind the value. Every configuration's numbers are over its plan: an episode "
+              "that was planned and has no scored result (an error, a budget stop, one never run) counts as its "
+              "benchmark's failure value under run.score_failures=as_wrong, or is left out under exclude "
+              "(docs/design/what-a-number-means.md).")
+    page.table(["configuration", "config hash", "planned", "scored", "error", "budget-stopped", "not run", "tasks",
+                "task set", "failures count as", "status"],
+               [[g.label, g.config_hash, c.n_planned, c.n_scored, c.n_error, c.n_budget_stopped, c.n_not_run,
+                 len({p.task_id for p in outcomes.plan_of(g.rows, g.planned)}), g.task_set,
+                 "wrong" if g.policy == "as_wrong" else "excluded",
+                 "INCOMPLETE" if c.incomplete else "complete"]
+                for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
+    incomplete = [g for g in s.groups if g.counts is not None and g.counts.incomplete]
+    if incomplete:
+        page.strong("INCOMPLETE: " + "; ".join(f"{g.label}: {outcomes.mark(g.counts)}" for g in incomplete
+                                               if g.counts is not None))
+        errors = [r for g in incomplete for r in g.rows if r["status"] not in ("ok",)]
+        if errors:
+            page.table(["configuration", "episode", "task", "status", "error"],
+                       [[next(g.label for g in s.groups if g.config_hash == r["config_hash"]), r["episode_id"][:12],
+                         r["task_id"], r["status"], (r["error"] or "").splitlines()[0][:160] if r["error"] else ""]
+                        for r in errors[:50]])
     if s.no_match:
         page.para(f"No judgements by a judge matching {s.judge_filter!r} (judges here: "
                   f"{', '.join(sorted(s.judges)) or 'none'}).")
@@ -59,7 +77,14 @@ def cost_cells(row: CostRow) -> list[Cell]:
 def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     """Metrics with intervals, paired tests, paper tables and plots of one judge's block."""
     page.heading("Metrics", level)
-    rows: list[list[Cell]] = []
+    if b.scope_note:
+        page.para(b.scope_note)
+    if not b.judge and get_benchmark(name).judge_metrics:
+        page.strong(outcomes.UNGRADED)
+    # what every column is over: the configuration's plan (scored / planned, marked when incomplete)
+    rows: list[list[Cell]] = [["episodes (scored/planned)",
+                               *[outcomes.n_cell((g.counts or outcomes.count(g.rows, g.planned)).columns())
+                                 for g in b.groups]]]
     for m in b.metrics:
         cells: list[Cell] = []
         for g in b.groups:
@@ -72,12 +97,19 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
         page.heading("Paired comparisons", level)
         page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
                   "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
-                  "permutation test. With few tasks trust the p-value over the interval: a percentile "
+                  "permutation test (exact up to 16 tasks; above, a Monte-Carlo estimate (b + 1) / (m + 1) over "
+                  "m random sign patterns, never 0). With few tasks trust the p-value over the interval: a percentile "
                   "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
                   "2 / 2^(tasks with a difference).")
-        page.table(["metric", "A", "B", "A - B", "p", "tasks"],
+        page.table(["metric", "A", "B", "A - B", "p", "p (Holm)", "tasks"],
                    [[r.metric, r.a, r.b, f"{num(r.test.mean_diff)} [{num(r.test.lo)}, {num(r.test.hi)}]",
-                     f"{r.test.p_value:.3g}", r.test.n_tasks] for r in b.paired])
+                     f"{r.test.p_value:.3g}", f"{r.p_holm:.3g}", r.test.n_tasks] for r in b.paired])
+        families = {r.metric: r.family_size for r in b.paired}
+        if families:
+            page.para("p (Holm): " + "; ".join(f"Holm-adjusted over the {n} comparison{'s' * (n != 1)} of {m} in "
+                                                 f"this block" for m, n in families.items())
+                      + " (a family is every paired test of one primary metric in this judge's block); p is the "
+                        "unadjusted p-value.")
     for title, md in b.paper_tables.items():
         page.heading(f"Paper layout: {title}", level)
         if b.self_judged and b.groups[0].judge:

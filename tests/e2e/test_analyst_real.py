@@ -21,7 +21,7 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     out = run_module("ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",
            "benchmark.task_ids=[unemployment-brief]", "benchmark.max_claims=6", "benchmark.judge_max_tokens=384",
            "agent.max_steps=4", "agent.report_max_tokens=700", "agent.max_tokens_action=700",
-           "agent.report_attempts=1", "benchmark.claims_max_tokens=384",
+           "agent.report_attempts=1", "benchmark.claims_max_tokens=384", "judge=self",
            f"run.dir={tmp_path}", "run.progress=false", timeout=2300)
     assert out.returncode == 0, out.stderr[-4000:]
 

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
     out = run_module("ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
-           "agent.max_searches=1,3", "benchmark.limit=3", "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256",
+           "agent.max_searches=1,3", "benchmark.limit=3", "judge=self", "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256",
            f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6", timeout=1700)
     assert out.returncode == 0, out.stderr[-4000:]
 

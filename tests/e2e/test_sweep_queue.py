@@ -21,7 +21,7 @@ from tests.fake_openai import FakeOpenAI
 def cfg(url: str, tmp_path, *extra: str):
     return compose(["benchmark=livenews", "agent=livenews", "benchmark.limit=6", "model=openai_compatible",
                     f"model.base_url={url}", "model.name=fake", "model.api_key_env=", f"run.dir={tmp_path}",
-                    "run.progress=false", "cluster.num_cpus=4", "cluster.episodes_per_worker=4", *extra])
+                    "run.progress=false", "cluster.num_cpus=4", "cluster.episodes_per_worker=4", "judge=self", *extra])
 
 
 @pytest.mark.ray
@@ -48,7 +48,8 @@ def test_points_share_one_queue_and_overlap(tmp_path):
     assert all(i["judge"]["episodes"] == 6 and i["judge"]["ok"] >= 6 and not i["judge"]["failed"]
                and i["judge"]["judge_model"] == "fake" for i in infos[:2])
     assert [i["model_started"] for i in infos[:2]] == [False, False]     # an external endpoint: nothing started
-    assert sorted(m["value"] for m in store.metrics().to_pylist() if m["metric"] == "accuracy") == [1.0, 1.0]
+    assert sorted(m["value"] for m in store.metrics().to_pylist()
+                  if m["metric"] == "accuracy" and m["scope"] == "all") == [1.0, 1.0]
 
 
 def _point(name: str, cpus: float, gpus: float = 0.0) -> tuple[Point, ModelConfig]:

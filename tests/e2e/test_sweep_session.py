@@ -26,7 +26,7 @@ def test_two_point_sweep_shares_one_session(tmp_path):
                 cfg = compose(["benchmark=livenews", "agent=livenews", f"agent.max_searches={budget}",
                                "benchmark.limit=3", "model=openai_compatible", f"model.base_url={srv.base_url}",
                                "model.name=fake", "model.api_key_env=", f"run.dir={tmp_path}", "run.progress=false",
-                               "cluster.num_cpus=4"])
+                               "cluster.num_cpus=4", "judge=self"])
                 infos.append(run(cfg, session))
                 if budget == 1:
                     web = {k: a._actor_id for k, a in session.services.items()}
@@ -41,6 +41,6 @@ def test_two_point_sweep_shares_one_session(tmp_path):
     assert len(eps) == 6 and all(e["status"] == "ok" and e["finish_reason"] == "finish" for e in eps)
     judged = store.judgements()
     assert len(judged) == 6 and {v["grade"] for v in judged.values()} == {"CORRECT"}
-    metrics = [m for m in store.metrics().to_pylist() if m["metric"] == "accuracy"]
+    metrics = [m for m in store.metrics().to_pylist() if m["metric"] == "accuracy" and m["scope"] == "all"]
     assert sorted(m["value"] for m in metrics) == [1.0, 1.0]
     assert "Search Budget = 1" in BENCHMARK.tables(store.metrics().to_pylist())["table3"]

@@ -260,7 +260,7 @@ def livenews_cfg(url, run_dir, *extra):
     return compose(["benchmark=livenews", "agent=livenews", "agent.max_tokens_turn=100", "benchmark.limit=6",
                     "model=openai_compatible", f"model.base_url={url}", "model.name=fake", "model.api_key_env=",
                     f"run.dir={run_dir}", "run.progress=false", "run.flush_interval_s=0", "cluster.num_workers=1",
-                    "cluster.episodes_per_worker=2", "cluster.num_cpus=4", *extra])
+                    "cluster.episodes_per_worker=2", "cluster.num_cpus=4", "judge=self", *extra])
 
 
 @pytest.mark.ray
@@ -374,7 +374,7 @@ def test_a_self_judge_shares_the_ledger_whatever_the_models_gpu_price():
     from ray_jobs.budget import judge_prices_match
 
     m = ModelConfig(price_input_per_mtok=1.0, price_output_per_mtok=2.0, price_gpu_hour=3.0, num_gpus=1)
-    assert judge_prices_match(Config(model=m, judge=JudgeConfig()))
+    assert judge_prices_match(Config(model=m, judge=JudgeConfig(kind="self")))
     api = JudgeConfig(kind="openai_compatible", base_url="http://x/v1", model="j", price_input_per_mtok=1.0,
                       price_output_per_mtok=5.0)
     assert not judge_prices_match(Config(model=m, judge=api))

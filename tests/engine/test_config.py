@@ -143,7 +143,7 @@ def test_local_cluster_is_sized_for_the_whole_run_whichever_stage_starts_it():
     assert needed_cpus(live, get_benchmark("livenews")) == cpus(live, replica=True, web=True)
     base = compose(["agent=newsagent_rule_based", "judge=none"])
     assert needed_cpus(base, get_benchmark("newsagent")) == cpus(base, replica=False)   # no model to host
-    judged = compose(["agent=newsagent_rule_based"])
+    judged = compose(["agent=newsagent_rule_based", "judge=self"])
     assert needed_cpus(judged, get_benchmark("newsagent")) == cpus(judged, replica=True)  # the hosted self-judge
     # the workers are counted even when the first stage to start Ray is the judge's
     assert needed_cpus(judged, get_benchmark("newsagent")) > judged.model.num_cpus + judged.index.num_cpus

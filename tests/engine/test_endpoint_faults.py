@@ -104,7 +104,7 @@ def _cfg(url: str, tmp_path, *extra: str):
                     f"model.base_url={url}", "model.name=fake", "model.api_key_env=", "model.request_timeout_s=2",
                     "model.max_retries=2", "model.retry_backoff_s=0.05", "model.retry_backoff_max_s=0.2",
                     "judge.request_timeout_s=2", f"run.dir={tmp_path}", "run.progress=false",
-                    "cluster.num_cpus=4", *extra])
+                    "cluster.num_cpus=4", "judge=self", *extra])
 
 
 @pytest.mark.ray

@@ -6,8 +6,7 @@ from __future__ import annotations
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
-from engine.judges import judge_identity
-from ray_jobs.judge import run_judge_stage
+from ray_jobs.judge import run_judge_identity, run_judge_stage
 from ray_jobs.run import reduce_metrics
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
@@ -37,7 +36,7 @@ def test_judge_stage(tmp_path):
     with FakeOpenAI(responder, delay_s=0.2) as srv:
         cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
                        f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
-                       "judge.max_attempts=3"])
+                       "judge.max_attempts=3", "benchmark.judge_probes=false"])
         stats = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
         assert stats["requests"] == 4 and stats["ok"] == 3 and stats["failed"] == 1
         assert srv.max_inflight >= 2                      # sent as a batch, not one by one
@@ -46,7 +45,7 @@ def test_judge_stage(tmp_path):
         again = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
         assert again["requests"] == 0 and again["rounds"] == 0 and calls["e3"] == 3
 
-    judge_id = judge_identity(cfg, BENCHMARK.judge_prompt_version).id
+    judge_id = run_judge_identity(cfg, BENCHMARK).id
     j = store.judgements(judge_id)
     assert j == {"e0": {"grade": "CORRECT"}, "e1": {"grade": "INCORRECT"}, "e2": {"grade": "NOT ATTEMPTED"},
                  "e3": {"grade": None}}
@@ -63,8 +62,11 @@ def test_judge_none_skips(tmp_path):
     store.write_batch([episode(0, "a")], [])
     cfg = compose(["benchmark=livenews", "agent=livenews", "judge=none"])
     assert run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: []) == {"skipped": "judge.kind=none"}
-    m = {r["metric"]: r["value"] for r in reduce_metrics(store, "livenews")}
-    assert m["ungraded"] == 1.0 and m["accuracy"] == 0.0
+    rows = reduce_metrics(store, "livenews")
+    m = {r["metric"]: r["value"] for r in rows}
+    # no judge: no accuracy at all (never 0 from "nothing was graded"), and the rows say how to get one
+    assert "accuracy" not in m and "ungraded" not in m and m["answer_contains_gold"] == 0.0
+    assert all(r["note"].startswith("ungraded: name a judge") for r in rows)
 
 
 def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
@@ -83,10 +85,10 @@ def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
     with FakeOpenAI(responder) as srv:
         cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
                        f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
-                       "judge.max_attempts=2"])
+                       "judge.max_attempts=2", "benchmark.judge_probes=false"])
         first = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
         assert first["ok"] == 1 and first["failed"] == 1 and first["rounds"] == 1   # not re-asked within the stage
-        judge_id = judge_identity(cfg, BENCHMARK.judge_prompt_version).id
+        judge_id = run_judge_identity(cfg, BENCHMARK).id
         assert store.judgements(judge_id)["e1"] == {"grade": None}
         broken["on"] = False
         second = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])

@@ -100,7 +100,7 @@ def test_a_parser_fix_applies_to_stored_judgements(tmp_path):
 def test_self_judged_numbers_say_so_in_bold(tmp_path):
     store = EpisodeStore(tmp_path / "run", LIVE.episode_fields)
     store.write_batch([dict(episode(i, f"gold {i}"), model=QWEN) for i in range(3)], [])
-    cfg = compose(["benchmark=livenews", "agent=livenews"])          # judge=hosted: the model grades itself
+    cfg = compose(["benchmark=livenews", "agent=livenews", "judge=self"])   # asked for: the model grades itself
     with FakeOpenAI(lambda m, r: "A") as srv:
         run_judge_stage(cfg, LIVE, store, "c", endpoints=lambda m: [Endpoint(srv.base_url, m.served_name, "")])
     rows = reduce_metrics(store, "livenews")
@@ -136,7 +136,9 @@ def test_a_hosted_judge_named_without_its_model_is_a_config_error():
     from engine.errors import ConfigError
 
     with pytest.raises(ConfigError, match="judge.model: a hosted judge is the model under test"):
-        compose(["benchmark=livenews", "agent=livenews", "judge.model=some-other-model"])
+        compose(["benchmark=livenews", "agent=livenews", "judge=self", "judge.model=some-other-model"])
+    with pytest.raises(ConfigError, match="judge=self"):            # a hosted judge without a model of its own
+        compose(["benchmark=livenews", "agent=livenews", "judge.kind=hosted"])
     with pytest.raises(ConfigError, match="judge.hosted_model.path"):
         compose(["benchmark=livenews", "agent=livenews", "judge=hosted_model", "judge.hosted_model.path="])
 

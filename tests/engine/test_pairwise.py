@@ -251,3 +251,84 @@ def test_human_file_errors_name_line_and_field(tmp_path):
         read_human(p, {"A", "B"})
     p.write_text('{"task_id": "t", "system_a": "B", "system_b": "A", "winner": "tie"}\n\n')
     assert read_human(p, {"A", "B"}) == {("t", "A", "B"): None}
+
+
+# -- what a report counts: the current plan, current texts ---------------------------------------------
+def test_current_plan_status():
+    from engine.pairwise import NOT_IN_PLAN, STALE, CURRENT, CurrentPlan, current_texts, slot
+
+    comps, _ = plan({"A": {"t1": "a1", "t2": "a2"}, "B": {"t1": "b1", "t2": "b2"}}, seed=0)
+    rows = [c.__dict__ for c in comps]
+    texts = current_texts({"A": {"t1": "a1", "t2": "a2 edited"}, "B": {"t1": "b1", "t2": "b2"}})
+    cur = CurrentPlan(frozenset(slot(r) for r in rows), frozenset({"A", "B"}), texts)
+    assert {r["task_id"]: cur.status(r) for r in rows} == {"t1": CURRENT, "t2": STALE}     # A's t2 text changed
+    assert cur.status(dict(rows[0], seed=1)) == NOT_IN_PLAN                                 # another seed's plan
+    assert CurrentPlan(None, frozenset({"A"}), None).status(rows[0]) == NOT_IN_PLAN        # B left the plan
+    assert CurrentPlan(None, None, None).status(rows[1]) == CURRENT                        # nothing known: counted
+
+
+def test_report_counts_only_current_plan_and_current_texts(tmp_path):
+    """A stage judges 10 comparisons; then run A's sample-01 episode is re-run with a new output.
+    Its two verdicts (A-B and A-reference on sample-01) were on the old text: the report leaves them
+    out as stale and says so. A second stage judges the two new comparisons; a third with another
+    seed makes a new plan, and every earlier verdict is then left out as not in the plan."""
+    from ray_jobs.report.compute_pairwise import current_plan, load_verdicts, pairwise_section
+
+    run_a, run_b = _runs(tmp_path)
+    out = tmp_path / "pw"
+    with FakeOpenAI(_judge_prefers(["GUIDED", "FREE"], malformed_for="none")) as srv:
+        overrides = [f"runs=[{run_a},{run_b}]", f"out={out}", "judge=openai_compatible",
+                     f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
+                     "judge.max_attempts=1", "seed=5"]
+        first = run_pairwise(compose_pairwise(overrides))
+        assert first["comparisons"] == 10                       # A-B x3, A-ref x4, B-ref x3
+        store = PairwiseStore(out)
+        assert json.loads((out / "plan.json").read_text())["config"]["seed"] == 5
+        [v] = load_verdicts(store)
+        assert len(v.values) == 10 and v.left_out == {"stale": 0, "not_in_plan": 0}
+
+        # sample-01 of run A is re-run and writes another article: the newest ok row is its output now
+        EpisodeStore(run_a, BENCHMARK.episode_fields).write_batch(
+            [_episode("sample-01", "aaaaaaaa11", "GUIDED article about sample-01, rewritten.", True)], [])
+        [v] = load_verdicts(store)
+        assert v.left_out == {"stale": 2, "not_in_plan": 0} and len(v.values) == 8
+        assert not any(c["task_id"] == "sample-01" and "qwen:aaaaaaaa" in (c["system_a"], c["system_b"])
+                       for c in v.comparisons)
+        sec = pairwise_section(out, 50, None)
+        [p] = sec.protocols
+        assert p.ratings is not None
+        ids = v.systems()
+        a, ref = ids.index("qwen:aaaaaaaa"), ids.index("reference")
+        assert p.ratings.comparisons[a, ref] == 3                 # the stale sample-01 verdict is not counted
+        build([str(out)], tmp_path / "rep", n_boot=50)
+        md = (tmp_path / "rep" / "report.md").read_text()
+        assert "8 verdicts over 4 tasks" in md
+        assert "Left out: 2 stored verdicts: 2 stale" in md and "and 0 not in the current plan" in md
+        assert "whose two judged texts are still the systems' current outputs" in md
+
+        # the same plan again: only the two new comparisons (the new text) are judged
+        again = run_pairwise(compose_pairwise(overrides))
+        assert again["requests"] == 2 and again["new_comparisons"] == 2
+        [v] = load_verdicts(store)
+        assert len(v.values) == 10 and v.left_out == {"stale": 2, "not_in_plan": 0}
+
+        # a plan dir written before plan.json: the latest stage's settings re-make the plan, same answer
+        (out / "plan.json").rename(tmp_path / "plan.json.bak")
+        [v] = load_verdicts(store)
+        assert len(v.values) == 10 and v.left_out == {"stale": 2, "not_in_plan": 0}
+        (tmp_path / "plan.json.bak").rename(out / "plan.json")
+
+        # another seed is another plan: the 12 earlier verdicts are not in it
+        third = run_pairwise(compose_pairwise([*overrides[:-1], "seed=6"]))
+        assert third["requests"] == 10
+        [v] = load_verdicts(store)
+        assert len(v.values) == 10 and v.left_out == {"stale": 0, "not_in_plan": 12}
+        assert {c["seed"] for c in v.comparisons} == {6}
+
+    # run dirs gone: membership still comes from plan.json, texts cannot be re-checked and the report says so
+    import shutil
+    shutil.rmtree(run_a)
+    cur = current_plan(store)
+    assert cur.texts is None and "Texts not re-checked" in cur.note
+    [v] = load_verdicts(store, cur)
+    assert len(v.values) == 10 and v.left_out == {"stale": 0, "not_in_plan": 12}

@@ -17,6 +17,7 @@ from engine.storage import EpisodeStore
 from ray_jobs.report import build, main
 from ray_jobs.report.compute_pairwise import judging_cost
 from tests.factories import episode_row
+from tests.helpers import metrics_of
 from tests.engine.test_pairwise import _episode as news_episode
 
 
@@ -36,10 +37,10 @@ def _check_against(bench, rows, expected):
     """``expected``: metric -> (value, n), worked out by hand from the rows. Both the metrics and
     the means of the per-episode values (what the report's intervals and paired tests use) must
     give exactly these, and no mean-type metric may be missing from ``expected``."""
-    metrics = {m.metric: m for m in bench.metrics(rows)}
+    metrics = {k: m for k, m in metrics_of(bench, rows, policy="exclude").items() if k != "scored_share"}
     for k, (value, n) in expected.items():
         assert (metrics[k].value, metrics[k].n) == (pytest.approx(value), n), k
-    vals = bench.episode_values(rows)
+    vals = bench.episode_values([dict(r, judge="j") for r in rows])
     keys = {k for v in vals for k in v}
     assert keys == {k for k in expected if not k.endswith("_std") and k != "episodes"}
     for k in keys:
@@ -71,12 +72,17 @@ def test_episode_values_are_the_metrics_newsagent():
         "edit_precision": (1.0, 1), "edit_recall": (0.25, 2), "edit_f1": (1 / 3, 2), "edit_recall_observed": (0.25, 2),
         "search_precision_zero_empty": (1 / 3, 2), "edit_precision_zero_empty": (0.5, 2),
         "mean_tokens_in": (300.0, 3), "mean_tokens_out": (20.0, 3), "mean_n_search": (1.0, 3),
-        "mean_n_insert": (2 / 3, 3), "mean_n_remove": (0.0, 3), "mean_n_failed_insert": (0.0, 3),
+        "mean_n_insert": (2 / 3, 3), "mean_n_remove": (0.0, 3), "mean_n_failed_insert": (0.0, 3), "mean_n_duplicate_insert": (0.0, 3),
         "mean_n_failed_remove": (0.0, 3), "mean_n_failed_parse": (20 / 3, 3), "mean_n_empty_search": (0.0, 3),
         "mean_operations": (25 / 3, 3), "mean_rephrase_attempts": (1.0, 3),
         "traceable_rate": (0.5, 2), "terminated_rate": (2 / 3, 3),
     }
     _check_against(NEWS, rows, expected)
+    # the default policy (as_wrong): the failed episode counts as recall and F1 0, over 3 of 4 planned
+    m = metrics_of(NEWS, rows)
+    assert (m["search_recall"].value, m["search_recall"].n) == (pytest.approx(1 / 3), 3)
+    assert (m["search_precision"].value, m["search_precision"].n) == (pytest.approx(2 / 3), 1)
+    assert (m["mean_tokens_in"].value, m["scored_share"].value) == (300.0, 0.75)
     vals = NEWS.episode_values(rows)
     assert "search_precision" not in vals[1] and "edit_precision" not in vals[1] and vals[1]["search_f1"] == 0.0
     assert not any(k.startswith(("search_", "edit_")) for k in vals[2]) and "traceable_rate" not in vals[2]
@@ -108,6 +114,8 @@ def test_episode_values_are_the_metrics_livenews():
     }
     _check_against(LIVE, rows, expected)
     assert LIVE.episode_values(rows)[4] == {}
+    m = metrics_of(LIVE, rows)                    # as_wrong: the error is a wrong answer, 1 correct of 5
+    assert (m["accuracy"].value, m["accuracy"].n) == (0.2, 5) and (m["failed"].value, m["failed"].n) == (0.4, 5)
 
 
 def test_cost_arithmetic():
@@ -247,3 +255,43 @@ def test_pairwise_judging_cost_uses_the_same_rules():
     assert own is not None and own.usd == pytest.approx(0.5 + 2.0)
     self_hosted = judging_cost([stage({"kind": "hosted", "hosted_model": None}, 1800)], {"qwen": Prices(1, 1, 1, 2)})
     assert self_hosted is not None and self_hosted.usd == pytest.approx(2 + 1)
+
+
+def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
+    """The run report's paired tests: each primary metric's tests in one judged block are one
+    family, Holm-adjusted together; the raw p stays beside the adjusted one and a sentence under
+    the table names the family and its size. Three configurations: three comparisons per metric."""
+    from engine import stats
+    from ray_jobs.report.compute_runs import run_sections
+
+    store = EpisodeStore(tmp_path / "run", NEWS.episode_fields)
+    a = _news_rows()
+    b = [dict(r, episode_id=f"b{i}", config_hash="cfgB", agent=json.dumps({"mode": "1-step"}), draft_ids=["h1"])
+         for i, r in enumerate(_news_rows())]
+    c = [dict(r, episode_id=f"c{i}", config_hash="cfgC", agent=json.dumps({"mode": "2-step"}),
+              draft_ids=["h1", "h2"] if i < 5 else [], retrieved_ids=["h1", "h2"]) for i, r in enumerate(_news_rows())]
+    store.write_batch(a + b + c, [])
+    [section] = run_sections(store.root, 100, {})
+    [block] = section.blocks
+    assert block.paired is not None
+    for m in NEWS.primary_metrics:
+        fam = [r for r in block.paired if r.metric == m]
+        assert len(fam) == 3 and all(r.family_size == 3 for r in fam)
+        raw = [r.test.p_value for r in fam]
+        assert [r.p_holm for r in fam] == pytest.approx(stats.holm(raw))
+        assert all(r.p_holm >= r.test.p_value for r in fam)
+    # the correction bites: the smallest raw p of a family is multiplied by its size (3)
+    edit = [r for r in block.paired if r.metric == "edit_f1"]
+    low = min(edit, key=lambda r: r.test.p_value)
+    assert low.p_holm == pytest.approx(min(1.0, 3 * low.test.p_value)) and low.p_holm > low.test.p_value
+
+    build([str(store.root)], tmp_path / "rep", n_boot=100)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "| metric | A | B | A - B | p | p (Holm) | tasks |" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| edit_f1 | ") and f"| {low.a} | {low.b} |" in ln)
+    assert f"| {low.test.p_value:.3g} | {low.p_holm:.3g} | 6 |" in line
+    for m in NEWS.primary_metrics:
+        sentence = f"Holm-adjusted over the 3 comparisons of {m} in this block"
+        assert sentence in md and sentence in html
+    assert "<th>p (Holm)</th>" in html

@@ -120,6 +120,29 @@ def test_paired_test():
     assert stats.paired_test({}, {}).n_tasks == 0
 
 
+def test_paired_test_monte_carlo_p_is_never_zero():
+    """Above 16 tasks the sign-flip p-value is Monte Carlo: (b + 1) / (m + 1), never 0. 30 tasks
+    all one way: no random sign pattern reaches |sum| (chance 2 / 2**30), so b = 0 and p is the
+    floor 1 / (m + 1); the plain share b / m was exactly 0."""
+    a = {f"t{i}": 0.6 + 0.01 * i for i in range(30)}
+    b = {f"t{i}": 0.4 + 0.01 * i for i in range(30)}
+    for m in (10_000, 999):
+        t = stats.paired_test(a, b, n_boot=200, n_perm=m)
+        assert t.n_tasks == 30 and not t.exact
+        assert t.p_value > 0
+        assert t.p_value == pytest.approx(1 / (m + 1))
+    # a null-ish case: p is still (b + 1) / (m + 1), so it is a multiple of 1 / (m + 1) and <= 1
+    noise = {f"t{i}": (0.1 if i % 2 else -0.1) + 0.001 * i for i in range(20)}
+    zero = {f"t{i}": 0.0 for i in range(20)}
+    t = stats.paired_test(noise, zero, n_perm=999)
+    assert not t.exact and 0.0 < t.p_value <= 1.0
+    assert (t.p_value * 1000) == pytest.approx(round(t.p_value * 1000))
+    # 16 tasks and fewer stay exact: the share of all 2**n patterns, here 2 / 2**16
+    a16 = {k: v for k, v in a.items() if int(k[1:]) < 16}
+    t16 = stats.paired_test(a16, b, n_boot=200)
+    assert t16.exact and t16.n_tasks == 16 and t16.p_value == pytest.approx(2 / 2 ** 16)
+
+
 def test_sign_test_exact():
     assert stats.sign_test(10, 0) == pytest.approx(2 / 1024)
     assert stats.sign_test(5, 5) == 1.0

@@ -18,13 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from engine.benchmarks.analyst import claims, generation, prompts, scoring
+from engine.benchmarks.analyst import metrics as analyst_metrics
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
 from engine import quarantine
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version
+from engine.judges import prompt_version, source_version
 from engine.paths import repo_path
 from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
 
@@ -80,6 +81,10 @@ class AnalystBenchmark(BenchmarkBase):
                                           scoring.CLAIM_VERIFICATION)
     primary_metrics = ("checklist_pct", "hallucination_pct")
     per_task_metric = "checklist_pct"
+    failure_values = analyst_metrics.FAILURE_VALUES
+    judge_metrics = analyst_metrics.JUDGE_METRICS
+    metric_order = analyst_metrics.METRIC_ORDER
+    prompt_version = source_version(prompts)
     episode_fields: list[pa.Field[Any]] = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),
         *[pa.field(n, pa.int32()) for n in ("chunks", "map_calls", "reduce_calls", "steps", "code_runs",
@@ -240,6 +245,9 @@ class AnalystBenchmark(BenchmarkBase):
         from engine.benchmarks.analyst.metrics import tables
 
         return tables(metric_rows)
+
+    def task_failure_values(self, task: AnalystTask) -> dict[str, float] | None:
+        return analyst_metrics.failure_values_for(task)
 
 
 BENCHMARK: Benchmark[AnalystTask] = AnalystBenchmark()

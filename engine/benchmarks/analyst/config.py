@@ -23,9 +23,14 @@ class AnalystBenchmarkConfig:
     figure_match_threshold: float = 0.6  # MiniLM caption cosine for figure coverage (the paper gives none)
     evidence_k: int = 4                  # source passages shown to the claim verifier
     max_claims: int = 40                 # claims verified per report, spread evenly over its chunks
-    judge_max_tokens: int = 768          # per criterion-scoring call (and per checklist refinement)
+    # Answer budgets of the judge calls: the paper's (table 9: evaluation and claim extraction at
+    # max_tokens=65,535). A criterion whose reasoning is cut short has no rating: its episode's
+    # checklist score is then missing (counted), never computed over the criteria that finished,
+    # and every judgement records whether it was truncated. vLLM caps a request at the context
+    # window it has left; an API with a smaller output limit needs these lowered.
+    judge_max_tokens: int = 65535        # per criterion-scoring call (and per checklist refinement)
     claims_chunk_tokens: int = 1000      # report tokens (estimated) per claim-extraction call
-    claims_max_tokens: int = 2048        # answer budget per claim-extraction call (claims + quotes)
+    claims_max_tokens: int = 65535       # answer budget per claim-extraction call (claims + quotes)
     # A bad task folder: "error" stops before anything runs (a DataError naming file, row and
     # field); "skip" drops the folder and records it in RUN_DIR/quarantine (docs/design/data.md).
     on_bad_rows: str = "error"
@@ -54,7 +59,11 @@ class AnalystAgentConfig:
 
 
 def row_config(row: dict[str, Any]) -> AnalystBenchmarkConfig:
-    """The benchmark config an episode row was produced under (its ``data`` column)."""
+    """The benchmark config an episode row is judged and scored under: the one it was produced
+    under (its ``data`` column), with the evaluation settings of the judgements it is seen
+    through (``row["evaluation"]``, set by the judge stage and by engine.judges.judged_views):
+    evaluation settings apply at evaluation time, never from the stored row alone."""
     import json
 
-    return AnalystBenchmarkConfig(**json.loads(row["data"])) if row.get("data") else AnalystBenchmarkConfig()
+    data = json.loads(row["data"]) if row.get("data") else {}
+    return AnalystBenchmarkConfig(**{**data, **(row.get("evaluation") or {})})

@@ -63,6 +63,10 @@ class AnalystTask:
     excluded: str = ""
     checklist: tuple[str, ...] = field(default_factory=tuple)
     checklist_origin: str = ""      # the file it came from, and who built it when
+    # who wrote the checklist: "hand-written", or the model that built it (its generated_by), and
+    # that model's weights id: scores are flagged when the author is a model under comparison
+    checklist_by: str = ""
+    checklist_by_weights: str = ""
     checklist_failure: str = ""     # why the last build failed (no checklist)
     template_from: str = ""         # the task whose reference is the template (task.json)
 
@@ -134,11 +138,12 @@ def _key_line(text: str, key: str) -> int:
     return text.count("\n", 0, m.start()) + 1 if m else 1
 
 
-def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
-    """(criteria, origin) of a checklist file: a hand-written list, or a built object. Errors
-    about one criterion name it as row N (1-based)."""
+def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str, str, str]:
+    """(criteria, origin, author, author's weights id) of a checklist file: a hand-written list,
+    or a built object. Errors about one criterion name it as row N (1-based)."""
     if not path.exists():
-        return (), ""
+        return (), "", "", ""
+    author, weights = "hand-written", ""
     obj = _json(path, _read(path, True))
     where = ""
     if isinstance(obj, dict):
@@ -148,6 +153,7 @@ def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
                                "the task's (delete the file to rebuild the checklist)")
         gen = obj.get("generated_by")
         by: dict[str, Any] = gen if isinstance(gen, dict) else {}
+        author, weights = str(by.get("model") or by.get("judge") or "unknown"), str(by.get("weights") or "")
         origin = (f"{path}: built by {by.get('judge', '?')} (model {by.get('model', '?')}), "
                   f"prompts {obj.get('prompt_version', '?')}, {obj.get('created_at', '?')}")
         items, where = obj.get("criteria"), "criteria"
@@ -165,7 +171,7 @@ def _checklist(path: Path, reference: str) -> tuple[tuple[str, ...], str]:
         if levels != ["- 1:", "- 2:", "- 3:", "- 4:", "- 5:"]:
             raise BadDataError("malformed_value", path, i, name,
                                'expected a description line, then "- 1: ..." to "- 5: ..." lines')
-    return tuple(items), origin
+    return tuple(items), origin, author, weights
 
 
 def _meta(meta_path: Path, folder: Path) -> dict[str, str]:
@@ -239,16 +245,16 @@ def load_task(folder: Path, checklists_dir: Path | None = None) -> AnalystTask:
     meta = _meta(meta_path, folder)
     _check_sources(folder)
     reference = _read(folder / "reference.md", True)
-    checklist, origin = _checklist(folder / "checklist.json", reference)       # the task's own comes first
+    checklist, origin, by, by_weights = _checklist(folder / "checklist.json", reference)   # the task's own comes first
     target = checklist_target(folder, meta["task_id"], reference, checklists_dir)
     if not checklist and checklists_dir is not None:
-        checklist, origin = _checklist(target, reference)
+        checklist, origin, by, by_weights = _checklist(target, reference)
     return AnalystTask(
         task_id=meta["task_id"], instruction=meta["instruction"].strip(), family=meta["family"] or meta["task_id"],
         variant=meta["variant"], domain=meta["domain"], folder=folder,
         reference=reference, toc=_read(folder / "toc.md", False),
         template=_read(folder / "template.md", False), excluded=_read(folder / "excluded.md", False),
-        checklist=checklist, checklist_origin=origin,
+        checklist=checklist, checklist_origin=origin, checklist_by=by, checklist_by_weights=by_weights,
         checklist_failure="" if checklist else _failure(failure_path(target)), template_from=meta["template_from"])
 
 

@@ -4,9 +4,12 @@
   "therefore, the rating is: X". The score is the sum over criteria / (5 x criteria) x 100:
   the paper does not state it, but its per-report numbers (93.33, 57.33, 45.3, 86.7 %) are all
   multiples of 1/75 for 15 criteria, which this formula gives and ``(s-1)/4`` cannot. A
-  criterion whose judgement is malformed after retries is left out of both sums and counted.
-* Claims: figure 17's JSON object {claim: quote}; hallucination % = unsupported claims /
-  verified claims x 100 (claims whose verification is malformed are counted, not guessed).
+  criterion without a rating (malformed after retries, or reasoning cut at max_tokens) makes the
+  whole score missing (counted by the metrics), never a score over the criteria that finished.
+  Its floor is 20 % (every criterion rated 1).
+* Claims: figure 17's JSON object {claim: quote}; hallucination % = unsupported claims / claims
+  meant to be verified x 100, where a verification that cannot be parsed (or was never made)
+  counts as unsupported and its share is reported beside it (``unverified``), never dropped.
 * Figures: captions from Markdown images (alt text) and "Figure N: ..." lines; a reference
   figure is covered when some generated caption's MiniLM cosine similarity reaches the
   threshold (the paper gives none; ``agent.figure_match_threshold``, default 0.6).
@@ -109,11 +112,17 @@ class ChecklistScore:
     unscored: int
 
 
+CHECKLIST_FLOOR = 20.0          # every criterion rated 1: the score of the worst report written
+
+
 def checklist_score(ratings: Sequence[int | None]) -> ChecklistScore:
+    """The score over every criterion; None when any criterion has no rating (the score over the
+    others would be over the criteria the judge happened to finish)."""
     ok = [r for r in ratings if r is not None]
     if any(r < 1 or r > 5 for r in ok):
         raise ValueError(f"ratings must be 1-5, got {ok}")
-    pct = 100.0 * sum(ok) / (5 * len(ok)) if ok else None
+    complete = bool(ratings) and len(ok) == len(ratings)
+    pct = 100.0 * sum(ok) / (5 * len(ok)) if complete else None
     return ChecklistScore(pct, len(ok), len(ratings) - len(ok))
 
 
@@ -126,10 +135,11 @@ class HallucinationRate:
 
 
 def hallucination_rate(verdicts: Sequence[bool | None]) -> HallucinationRate:
-    known = [v for v in verdicts if v is not None]
-    bad = sum(1 for v in known if not v)
-    return HallucinationRate(100.0 * bad / len(known) if known else None, len(verdicts), bad,
-                             len(verdicts) - len(known))
+    """Unsupported share of the claims meant to be verified; a verdict that could not be parsed
+    (None) counts as unsupported, and ``unverified`` says how many those were."""
+    unverified = sum(1 for v in verdicts if v is None)
+    bad = sum(1 for v in verdicts if v is not True)
+    return HallucinationRate(100.0 * bad / len(verdicts) if verdicts else None, len(verdicts), bad, unverified)
 
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

@@ -11,13 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.benchmarks.livenews import agent, metrics
+from engine.benchmarks.livenews import agent, metrics, prompts
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import LiveQuestion, load
 from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version
+from engine.judges import prompt_version, source_version
 from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
 
 
@@ -31,6 +31,10 @@ class LiveNewsBenchmark(BenchmarkBase):
     judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
     curve = ("max_searches", "accuracy")
+    failure_values = metrics.FAILURE_VALUES
+    judge_metrics = metrics.JUDGE_METRICS
+    metric_order = metrics.METRIC_ORDER
+    prompt_version = source_version(prompts)
     episode_fields: list[pa.Field[Any]] = [
         pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
         pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
@@ -106,6 +110,8 @@ class LiveNewsBenchmark(BenchmarkBase):
             prompt = grader_prompt(row["question"], row["gold"], row["output"])
             out.append(JudgeRequest(row["episode_id"], metrics.GRADE_KEY, [{"role": "user", "content": prompt}], 8))
         data = json.loads(row["data"]) if row.get("data") else None
+        if data is not None:                  # judged under the run's evaluation settings, when given
+            data = {**data, **(row.get("evaluation") or {})}
         if data is not None and data.get("judge_probes", True):   # rows from before the option: the default
             out.append(JudgeRequest(row["episode_id"], "probe_gold", [{"role": "user", "content": grader_prompt(
                 row["question"], row["gold"], row["gold"])}], 8))

@@ -1,8 +1,11 @@
 """livenews metrics (Table 1 columns) and the paper-layout tables (Tables 1, 3 and 4).
 
-Accuracy is CORRECT over every episode of the config: a failed task (any finish reason but
-``finish``) is not correct, as in the paper. An answer whose judgement is missing or malformed
-is not correct either, and is counted separately (``ungraded``) so it is never hidden.
+Accuracy is CORRECT over every planned episode of the config (engine/outcomes.py): a failed
+task (any finish reason but ``finish``) is not correct, as in the paper, and neither is an
+episode that produced no result (an error, a budget stop, one never run: ``failure_values``,
+under the default ``run.score_failures=as_wrong``). An answer whose judgement is missing or
+malformed is not correct either, and is counted separately (``ungraded``) so it is never hidden.
+With no judge at all the judge-based metrics are not produced (``judge_metrics``).
 Searches and visits count individual queries and URLs (the budget's unit); std is the
 population standard deviation over episodes. Two checks on the judge travel with accuracy: the
 probe metrics (``judge_probe_gold_ok``, ``judge_probe_decoy_ok``) and ``answer_contains_gold``,
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from engine.benchmarks.livenews.agent import FINISH_REASONS
+from engine.outcomes import n_cell
 from engine.protocol import MetricRow
 
 GRADE_KEY = "grade"
@@ -60,18 +64,22 @@ METRIC_ORDER = ("accuracy", "incorrect", "not_attempted", "failed", "ungraded", 
                 "judge_probe_gold_ok", "judge_probe_decoy_ok", "answer_contains_gold")
 
 
+# what a planned episode without a result counts as (run.score_failures=as_wrong): no answer
+FAILURE_VALUES = {"accuracy": 0.0, "incorrect": 0.0, "not_attempted": 0.0, "failed": 1.0, "ungraded": 0.0,
+                  "answer_contains_gold": 0.0}
+# the grader's metrics: not produced when no judge ran
+JUDGE_METRICS = ("accuracy", "incorrect", "not_attempted", "ungraded", "judge_probe_gold_ok", "judge_probe_decoy_ok")
+
+
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    """Means of :func:`episode_values` over finished episodes (status ok), plus the standard
-    deviations of searches and visits; a metric no episode has (a probe not judged) is left out."""
+    """The metrics that are not means of :func:`episode_values` (engine/outcomes.py takes those):
+    the standard deviations of searches and visits over the scored episodes."""
     values = [episode_values(r) for r in rows if r["status"] == "ok"]
-    if not values:
-        return []
     out = []
-    for m in METRIC_ORDER:
-        base = m[: -len("_std")] + "_mean" if m.endswith("_std") else m
-        xs = np.array([v[base] for v in values if base in v], dtype=float)
+    for m in ("searches_std", "visits_std"):
+        xs = np.array([v[m.replace("_std", "_mean")] for v in values], dtype=float)
         if xs.size:
-            out.append(MetricRow(m, float(xs.std() if m.endswith("_std") else xs.mean()), int(xs.size)))
+            out.append(MetricRow(m, float(xs.std()), int(xs.size)))
     return out
 
 
@@ -89,7 +97,7 @@ def _configs(metric_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         c = by.setdefault((r["model"], r["config_hash"]), {
             "model": r["model"], "config_hash": r["config_hash"], "agent": json.loads(r["agent"]),
-            "data": r["data"] or "", "m": {}, "n": r["n"]})
+            "data": r["data"] or "", "m": {}, "n": n_cell(r)})
         c["m"][r["metric"]] = r["value"]
     return list(by.values())
 
@@ -105,8 +113,14 @@ def _probe(m: dict[str, float]) -> str:
     return "-" if g is None and d is None else f"{_pct(g)}/{_pct(d)}"
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+def _pct(x: float | None, missing: str = "-") -> str:
+    return missing if x is None else f"{100 * x:.1f}"
+
+
+def _avg_std(m: dict[str, float], what: str) -> str:
+    if f"{what}_mean" not in m:
+        return "-"
+    return f"{m[what + '_mean']:.1f} ± {m.get(what + '_std', float('nan')):.1f}"
 
 
 def _data_name(data: str) -> str:
@@ -140,8 +154,8 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         m = c["m"]
         rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
                      f"{c['agent']['max_searches']}/{c['agent']['max_visits']}",
-                     f"{m['searches_mean']:.1f} ± {m['searches_std']:.1f}", f"{m['visits_mean']:.1f} ± {m['visits_std']:.1f}",
-                     _pct(m["accuracy"]), _pct(m.get("answer_contains_gold")), _pct(m["failed"]),
+                     _avg_std(m, "searches"), _avg_std(m, "visits"),
+                     _pct(m.get("accuracy"), "ungraded"), _pct(m.get("answer_contains_gold")), _pct(m.get("failed")),
                      _probe(m), str(c["n"])])
     out["table1"] = _md(["Model", "Data", "Agent", "Budget (searches/visits)", "Searches (avg ± std)", "Visits (avg ± std)",
                          "Accuracy (%)", "Contains gold (%)", "Failed (%)", "Judge probes ok (gold/decoy, %)", "n"], rows)
@@ -154,15 +168,13 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
     budgets = sorted({b for g in groups.values() for b in g})
     rows = []
     for (data, model, rest_json), g in sorted(groups.items()):
-        if len(g) < 2:
+        if len(g) < 2 or any("accuracy" not in x["m"] for x in g.values()):
             continue
         accs = [g[b]["m"]["accuracy"] if b in g else None for b in budgets]
-        have = [a for a in accs if a is not None]
         lo, hi = min(g), max(g)
         rows.append([model, _data_name(data), _setting(json.loads(rest_json)), str(json.loads(rest_json)["max_visits"]),
-                     *map(_pct, accs),
-                     f"{100 * (g[hi]['m']['accuracy'] - g[lo]['m']['accuracy']):+.1f}" if have else "-",
-                     str(min(x["n"] for x in g.values()))])
+                     *map(_pct, accs), f"{100 * (g[hi]['m']['accuracy'] - g[lo]['m']['accuracy']):+.1f}",
+                     "; ".join(f"{b}: {g[b]['n']}" for b in sorted(g))])
     if rows:
         out["table3"] = _md(["Model", "Data", "Agent", "Visits", *[f"Search Budget = {b}" for b in budgets],
                              f"Improvement ({budgets[0]}→{budgets[-1]}) (points)", "n"], rows)
@@ -179,9 +191,11 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
             continue
         default = [s for s in same if (s["agent"]["max_searches"], s["agent"]["max_visits"]) == (5, 5)]
         w = default[0] if default else max(same, key=lambda s: s["agent"]["max_searches"])
+        if "accuracy" not in w["m"] or "accuracy" not in c["m"]:
+            continue
         a, b = w["m"]["accuracy"], c["m"]["accuracy"]
         rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
-                     f"{w['agent']['max_searches']}/{w['agent']['max_visits']}", _pct(a), _pct(b), f"{100 * (b - a):+.1f}", f"{w['n']}/{c['n']}"])
+                     f"{w['agent']['max_searches']}/{w['agent']['max_visits']}", _pct(a), _pct(b), f"{100 * (b - a):+.1f}", f"{w['n']} vs {c['n']}"])
     if rows:
         out["table4"] = _md(["Model", "Data", "Agent", "Budget with search", "Accuracy with Search (%)",
                              "Accuracy without Search (%)", "Difference (points)", "n"], rows)

@@ -14,7 +14,7 @@ from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version
+from engine.judges import prompt_version as text_version, source_version
 from engine.paths import repo_path
 from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
 from indexes.corpus import Document
@@ -42,20 +42,23 @@ class NewsAgentBenchmark(BenchmarkBase):
     evaluation_fields = ("on_bad_rows",)
     primary_metrics = ("search_f1", "edit_f1")
     per_task_metric = "edit_f1"
+    failure_values = metrics.FAILURE_VALUES
+    metric_order = metrics.METRIC_ORDER
+    prompt_version = source_version(prompts)
     episode_fields: list[pa.Field[Any]] = [
         pa.field("title", pa.string()), pa.field("release_date", pa.string()),
         pa.field("final_draft", pa.list_(pa.string())), pa.field("draft_ids", pa.list_(pa.string())),
         pa.field("retrieved_ids", pa.list_(pa.string())), pa.field("reference_ids", pa.list_(pa.string())),
         *[pa.field(n, pa.int32()) for n in ("n_search", "n_insert", "n_remove", "n_terminate", "n_failed_insert",
                                             "n_failed_remove", "n_failed_parse", "n_empty_search", "operations",
-                                            "rephrase_attempts")],
+                                            "rephrase_attempts", "n_duplicate_insert")],
         pa.field("trace_untraceable_share", pa.float64()), pa.field("traceable", pa.bool_()),
         *[pa.field(n, pa.float64()) for n in metrics.FUNCTION_METRICS],
     ]
 
     pairwise = PairwiseSpec(pairwise.PROTOCOLS, pairwise.DIMENSIONS, pairwise.messages, pairwise.parse,
                             pairwise.json_schema, lambda task: task.reference_article,
-                            prompt_version(pairwise.DIMENSION_PROMPT, pairwise.SINGLE_PROMPT))
+                            text_version(pairwise.DIMENSION_PROMPT, pairwise.SINGLE_PROMPT))
 
     def validate(self, cfg: Config) -> None:
         a = cfg.agent
@@ -91,6 +94,10 @@ class NewsAgentBenchmark(BenchmarkBase):
 
     def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
         return [metrics.episode_values(r) for r in rows]
+
+    def task_failure_values(self, task: NewsTask) -> dict[str, float] | None:
+        # function-wise scores exist only for articles with reference evidence
+        return None if task.reference_evidence else dict(metrics.NO_REFERENCE_FAILURE_VALUES)
 
 
 BENCHMARK: Benchmark[NewsTask] = NewsAgentBenchmark()

@@ -16,6 +16,7 @@ from engine.benchmarks.newsagent.environment import (Action, NewsEnvironment, Re
                                                      parse_action, parse_arguments, parse_kind,
                                                      split_sentences)
 from engine.benchmarks.newsagent.metrics import episode_scores
+from engine.llm import RequestRejected
 from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
 
 log = logging.getLogger(__name__)
@@ -142,10 +143,21 @@ async def run_episode(task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
     else:
         system = prompts.system_prompt(two_step=cfg.mode == "2-step", variant=cfg.prompt_variant)
         turn = _two_step_turn if cfg.mode == "2-step" else _one_step_turn
+        rejected = ""
         while not env.done and turns < cfg.max_turns:
             turns += 1
-            await turn(env, ctx, system)
-        if env.counters.terminate:
+            try:
+                await turn(env, ctx, system)
+            except RequestRejected as e:
+                # the server refused the turn (the prompt outgrew the context window): a property of
+                # this episode, so a result (scored on the draft so far), not an infrastructure error
+                rejected = str(e)
+                ctx.record(turn="action", observation_chars=0, raw_output="", parsed_action="",
+                           result=f"request rejected by the server: {rejected[:300]}", ok=False)
+                break
+        if rejected:
+            finish = "request_rejected"
+        elif env.counters.terminate:
             finish = "terminate"
         elif env.done:
             finish = "operation_cap"
@@ -157,14 +169,19 @@ async def run_episode(task: NewsTask, ctx: EpisodeContext) -> EpisodeOutcome:
         # The baseline outputs its draft directly (firsthand material first, then what it inserted).
         article = "\n".join(list(task.firsthand) + draft)
     else:
-        article, attempts, share = await _rephrase(task, draft, ctx)
+        try:
+            article, attempts, share = await _rephrase(task, draft, ctx)
+        except RequestRejected as e:      # the draft is the article (as the baseline's), untraced
+            ctx.record(turn="rephrase", observation_chars=0, raw_output="", parsed_action="",
+                       result=f"request rejected by the server: {str(e)[:300]}", ok=False)
+            article = "\n".join(list(task.firsthand) + draft)
     c = env.counters
     extras: dict[str, Any] = {
         "title": task.title, "release_date": task.release_date.isoformat(),
         "final_draft": draft, "draft_ids": env.draft_ids(), "retrieved_ids": env.retrieved_ids(),
         "reference_ids": list(task.reference_evidence),
         "n_search": c.search, "n_insert": c.insert, "n_remove": c.remove, "n_terminate": c.terminate,
-        "n_failed_insert": c.failed_insert, "n_failed_remove": c.failed_remove,
+        "n_failed_insert": c.failed_insert, "n_duplicate_insert": c.duplicate_insert, "n_failed_remove": c.failed_remove,
         "n_failed_parse": c.failed_parse, "n_empty_search": c.empty_search, "operations": c.operations,
         "rephrase_attempts": attempts, "trace_untraceable_share": share,
         "traceable": bool(attempts and share <= cfg.trace_tolerance),

@@ -129,20 +129,23 @@ def parse_action(text: str) -> Action:
 @dataclass
 class Counters:
     search: int = 0                 # every search, empty ones included (also in empty_search)
-    insert: int = 0                 # successful inserts (a duplicate insert is a successful no-op)
+    insert: int = 0                 # successful inserts: the object went into the draft
     remove: int = 0                 # successful removes
     terminate: int = 0
     empty_search: int = 0
     failed_insert: int = 0
+    duplicate_insert: int = 0       # inserts of an object already in the draft: a no-op, not an insert
     failed_remove: int = 0
     failed_parse: int = 0
 
     @property
     def operations(self) -> int:
-        """What the operation cap counts: every search, insert and remove, failed or not, and
-        every unparseable action (``insert``/``remove`` count successes only, Table 3)."""
-        return (self.search + self.insert + self.failed_insert + self.remove + self.failed_remove
-                + self.failed_parse)
+        """What the operation cap counts: every attempted search, insert and remove, failed, no-op
+        or not, and every unparseable action. ``insert``/``remove`` count only the operations that
+        changed the draft (Table 3's usage counts), so a duplicate insert is in ``duplicate_insert``
+        (and the cap), not in ``insert``."""
+        return (self.search + self.insert + self.failed_insert + self.duplicate_insert + self.remove
+                + self.failed_remove + self.failed_parse)
 
 
 @dataclass
@@ -219,9 +222,10 @@ class NewsEnvironment:
             if obj is None:
                 c.failed_insert += 1
                 return self._finish(StepOutcome(False, MSG_INSERT_UNKNOWN), "insert -> failed (not retrieved)")
-            c.insert += 1
             if any(normalize(d.text) == key for d in self.draft):
+                c.duplicate_insert += 1
                 return self._finish(StepOutcome(True, MSG_INSERT_DUP), "insert -> already in draft")
+            c.insert += 1
             self.draft.append(obj)
             return self._finish(StepOutcome(True, MSG_INSERT_OK), f"insert {obj.object_id}")
         if action.kind == "remove":

@@ -30,15 +30,16 @@ row (its search and edit scores coincide because it keeps exactly what it retrie
 ``edit_recall_observed`` conditions on the reference evidence the agent actually saw
 (section 3.3's wording) and is reported alongside (0 when it saw none).
 
-Usage counts (Table 3): ``n_insert`` / ``n_remove`` count successful operations only; failed
-ones are ``n_failed_insert`` / ``n_failed_remove`` (Table 3's "Insert Fail"). ``operations``
-counts everything that used the operation budget, failed and unparseable actions included.
+Usage counts (Table 3): ``n_insert`` / ``n_remove`` count operations that changed the draft;
+failed ones are ``n_failed_insert`` / ``n_failed_remove`` (Table 3's "Insert Fail"), an insert of
+an object already in the draft is ``n_duplicate_insert`` (a no-op, not an insert). ``operations``
+counts everything that used the operation budget, failed, duplicate and unparseable actions
+included.
 """
 
 from __future__ import annotations
 
 import math
-from statistics import fmean
 from typing import Any, Iterable, Optional
 
 from engine.protocol import MetricRow
@@ -71,7 +72,8 @@ FUNCTION_METRICS = ("search_precision", "search_recall", "search_f1",
                     "edit_precision", "edit_recall", "edit_f1", "edit_recall_observed",
                     "search_precision_zero_empty", "edit_precision_zero_empty")
 USAGE_METRICS = ("tokens_in", "tokens_out", "n_search", "n_insert", "n_remove", "n_failed_insert",
-                 "n_failed_remove", "n_failed_parse", "n_empty_search", "operations", "rephrase_attempts")
+                 "n_duplicate_insert", "n_failed_remove", "n_failed_parse", "n_empty_search", "operations",
+                 "rephrase_attempts")
 
 
 def episode_values(r: dict[str, Any]) -> dict[str, float]:
@@ -94,14 +96,19 @@ def episode_values(r: dict[str, Any]) -> dict[str, float]:
 
 METRIC_ORDER = (*FUNCTION_METRICS, *(f"mean_{m}" for m in USAGE_METRICS), "traceable_rate", "terminated_rate")
 
+# What a planned episode without a result (an error, a budget stop, one never run) counts as under
+# run.score_failures=as_wrong: it found and kept nothing, so recall and F1 are 0 (as for an
+# empty draft); precision stays undefined (nothing was selected) and usage means are over the
+# episodes that ran. A task without reference evidence has no function-wise scores at all
+# (``task_failure_values``).
+FAILURE_VALUES = {"search_recall": 0.0, "search_f1": 0.0, "edit_recall": 0.0, "edit_f1": 0.0,
+                  "edit_recall_observed": 0.0, "search_precision_zero_empty": 0.0,
+                  "edit_precision_zero_empty": 0.0, "terminated_rate": 0.0}
+NO_REFERENCE_FAILURE_VALUES = {"terminated_rate": 0.0}
+
 
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    """Macro averages over finished episodes (status ok): each metric is the mean of
-    :func:`episode_values` over the episodes that have it."""
+    """The metric that is not a mean of :func:`episode_values` (engine/outcomes.py takes those):
+    ``episodes``, the number of scored episodes."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    values = [episode_values(r) for r in ok]
-    out: list[MetricRow] = [MetricRow("episodes", float(len(ok)), len(ok))]
-    for m in METRIC_ORDER:
-        vals = [v[m] for v in values if m in v]
-        out.append(MetricRow(m, fmean(vals) if vals else float("nan"), len(vals)))
-    return out
+    return [MetricRow("episodes", float(len(ok)), len(ok))]

@@ -14,6 +14,7 @@ from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
 from engine.benchmarks.analyst.data import checklist_id, reference_sha256
 from engine.benchmarks.analyst.sources import ByteCounter
+from tests.helpers import metrics_of
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from engine.protocol import dumps
@@ -160,8 +161,14 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
                  "claim:0:00": "SUPPORTED", "claim:0:01": "UNSUPPORTED"})
     assert BENCH.judge_requests(row, judged) == []
     row["judgements"] = mine
-    m = {x.metric: x for x in BENCH.metrics([row])}
-    assert m["checklist_pct"].value == pytest.approx(80.0) and m["criteria_unscored"].value == 1.0
+    # a criterion without a rating: the episode's checklist score is missing and counted, never a
+    # score over the criteria the judge happened to finish (80 % over two of three)
+    m = metrics_of(BENCH, [row])
+    assert "checklist_pct" not in m and m["criteria_unscored"].value == 1.0
+    assert m["checklist_missing_unscored"].value == 1.0
+    mine[f"criterion:{cid}:02"] = "4"
+    m = metrics_of(BENCH, [row])
+    assert m["checklist_pct"].value == pytest.approx(80.0) and m["criteria_unscored"].value == 0.0
     assert m["hallucination_pct"].value == 50.0
     # the reference has two figures; the report's one caption matches the monthly chart only
     assert m["visual_coverage_pct"].value == 50.0
@@ -169,18 +176,18 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     # ratings given against another checklist (another judge's rubric, or an old run's) do not count
     other = dict(row, judgements={"criterion:00": "5", "criterion:deadbeef:00": "5", **{
         k: v for k, v in mine.items() if not k.startswith("criterion:")}})
-    mo = {x.metric: x for x in BENCH.metrics([other])}
+    mo = metrics_of(BENCH, [other])
     assert "checklist_pct" not in mo and mo["checklist_missing_unscored"].value == 1.0
     # a claims answer that copied the prompt's example keys (stored before the parser rejected it)
     # is read as invalid: nothing to verify, no hallucination rate from it
     bad = dict(row, judgements={"claims:0": '{"Atomic claim 1 here": "2,767 crashes"}', "claim:0:00": "UNSUPPORTED"})
-    assert "hallucination_pct" not in {x.metric for x in BENCH.metrics([bad])}
+    assert "hallucination_pct" not in metrics_of(BENCH, [bad])
     assert not [r for r in BENCH.judge_requests(bad, {row["episode_id"]: bad["judgements"]}) if r.key.startswith("claim:")]
     # a run judged before claims were chunked (one "claims" key, "claim:NN" verdicts) still reads
     legacy = dict(row, judgements={"claims": mine["claims:0"], "claim:00": "UNSUPPORTED", "claim:01": "UNSUPPORTED"})
-    assert {x.metric: x for x in BENCH.metrics([legacy])}["hallucination_pct"].value == 100.0
+    assert metrics_of(BENCH, [legacy])["hallucination_pct"].value == 100.0
     # the report's intervals resample these per-episode values: their means are the metrics
-    (vals,) = BENCH.episode_values([row])
+    (vals,) = BENCH.episode_values([dict(row, judge="j")])
     assert vals and all(m[k].value == pytest.approx(v) for k, v in vals.items())
     assert BENCH.parse_judgement(f"criterion:{cid}:00", "therefore, the rating is: 4") == "4"
     assert BENCH.parse_judgement("claim:0:00", "maybe") is None

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import metrics_of
+
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst import _tasks
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
@@ -143,7 +145,7 @@ def test_failed_build_leaves_the_score_missing_with_a_reason(tasks_dir):
     row = episode_row("analyst", episode_id="e1", output="# Report\n\nText.\n", report_tokens=5,
                       data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={"claims:0": None})
     assert not [r for r in BENCH.judge_requests(row, {}) if r.key.startswith("criterion:")]
-    m = {x.metric: x for x in BENCH.metrics([row])}
+    m = metrics_of(BENCH, [row])
     assert "checklist_pct" not in m                                   # missing, never guessed
     assert m["checklist_missing_checklist_build_failed"].value == 1.0
     # a later build with a capable judge replaces the failure
@@ -155,7 +157,7 @@ def test_task_without_checklist_file_is_counted_not_dropped(tasks_dir):
     _tasks.cache_clear()
     row = episode_row("analyst", episode_id="e1", task_id="crashes-2022", output="# Report\n", report_tokens=5,
                       data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={})
-    m = {x.metric: x for x in BENCH.metrics([row])}
+    m = metrics_of(BENCH, [row])
     assert "checklist_pct" not in m and m["checklist_missing_no_checklist"].value == 1.0
 
 

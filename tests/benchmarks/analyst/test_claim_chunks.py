@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from tests.helpers import metrics_of
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
 from tests.factories import episode_row
@@ -66,7 +67,7 @@ def test_claims_of_all_chunks_are_merged_and_verified_evenly(embedder):
     # one chunk's extraction failed: counted, and the others still give a rate
     judged = {**answers, "claims:1": None, **{r.key: "UNSUPPORTED" if r.key.startswith("claim:0:") else "SUPPORTED"
                                               for r in verify}}
-    m = {x.metric: x for x in BENCH.metrics([dict(_row(LONG), judgements=judged)])}
+    m = metrics_of(BENCH, [dict(_row(LONG), judgements=judged)])
     assert m["claims_per_report"].value == 30 * (n - 1)
     assert m["claim_chunks_failed"].value == 1.0
     q = quotas(n, b.max_claims)

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.helpers import metrics_of
+
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystAgentConfig
 from tests.benchmarks.analyst.test_analyst_episode import REPORT, TASKS, run
@@ -53,7 +55,7 @@ def test_vanilla_empty_report_is_attempted_again(tmp_path):
     assert [r["seed"] for r in reqs] == [0, attempt_seed(0, 2)]
 
 
-def test_no_report_after_all_attempts_scores_zero(tmp_path, embedder):
+def test_no_report_after_all_attempts_scores_the_floor(tmp_path, embedder):
     agent = AnalystAgentConfig(mode="agentic", max_steps=2, report_attempts=2)
     (res,), reqs = run(["unemployment-brief"], agent, lambda m, r: '{"tool": "list_files"}', tmp_path)
     failed = res["episode"]
@@ -70,13 +72,15 @@ def test_no_report_after_all_attempts_scores_zero(tmp_path, embedder):
     j |= {"claims:0": json.dumps({"Illinois had the lowest rate in 2024": "Illinois (3.2%)"}), "claim:0:00": "SUPPORTED"}
     good["judgements"] = j
     failed["judgements"] = {}
-    m = {x.metric: x for x in BENCH.metrics([failed, good])}
-    assert (m["checklist_pct"].value, m["checklist_pct"].n) == (50.0, 2)             # 0 and 100
+    m = metrics_of(BENCH, [failed, good])
+    # no report scores the floor of the checklist scale, 20 % (the worst written report scores no
+    # lower), not 0 %: (20 + 100) / 2
+    assert (m["checklist_pct"].value, m["checklist_pct"].n) == (60.0, 2)
     assert (m["visual_coverage_pct"].value, m["visual_coverage_pct"].n) == (50.0, 2)  # 0 and 100
     # hallucination is a rate over claims that exist: the missing report is counted beside it
     assert (m["hallucination_pct"].value, m["hallucination_pct"].n) == (0.0, 1)
     assert m["no_report"].value == 1.0 and m["report_written"].value == 0.5
     assert m["report_attempts"].value == pytest.approx(1.5)
     (vals_failed, vals_good) = BENCH.episode_values([failed, good])
-    assert vals_failed["checklist_pct"] == 0.0 and vals_failed["visual_coverage_pct"] == 0.0
+    assert vals_failed["checklist_pct"] == 20.0 and vals_failed["visual_coverage_pct"] == 0.0
     assert "hallucination_pct" not in vals_failed

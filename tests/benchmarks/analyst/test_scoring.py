@@ -28,8 +28,9 @@ def test_checklist_score_arithmetic():
     # 15 criteria summing to 43 -> 57.33 %, one of the paper's per-report numbers
     s = checklist_score([3] * 13 + [2, 2])
     assert s.percent == pytest.approx(100 * 43 / 75) and round(s.percent, 2) == 57.33
-    assert checklist_score([5] * 14 + [None]) == checklist_score([5] * 14).__class__(100.0, 14, 1)
-    assert checklist_score([None, None]).percent is None
+    # a criterion without a rating leaves the score missing (not 100 % over the 14 rated ones)
+    assert checklist_score([5] * 14 + [None]) == checklist_score([5] * 14).__class__(None, 14, 1)
+    assert checklist_score([None, None]).percent is None and checklist_score([]).percent is None
     assert checklist_score([1] * 15).percent == 20.0
     with pytest.raises(ValueError):
         checklist_score([0])
@@ -52,9 +53,14 @@ def test_claims_and_hallucination_arithmetic():
     assert parse_claims('{"Atomic claim 1 here": "Crashes fell 4%.", "Atomic claim 2 here": "x"}') is None
     assert parse_verdict("SUPPORTED") is True and parse_verdict("Unsupported.") is False
     assert parse_verdict("SUPPORTED or UNSUPPORTED") is None and parse_verdict("yes") is None
+    # a verdict that could not be parsed counts as unsupported, and is counted as unverified
     h = hallucination_rate([True, False, True, None, False])
-    assert (h.percent, h.claims, h.unsupported, h.unverified) == (50.0, 5, 2, 1)
-    assert hallucination_rate([]).percent is None and hallucination_rate([None]).percent is None
+    assert (h.percent, h.claims, h.unsupported, h.unverified) == (60.0, 5, 3, 1)
+    assert hallucination_rate([]).percent is None and hallucination_rate([None]).percent == 100.0
+    # the case: 40 claims, 10 unsupported, 4 of them written "Not supported" (unparsed)
+    verdicts = [parse_verdict("SUPPORTED")] * 30 + [parse_verdict("UNSUPPORTED")] * 6 + [parse_verdict("Not supported")] * 4
+    h = hallucination_rate(verdicts)
+    assert (h.percent, h.unverified) == (25.0, 4)
 
 
 def test_figures_and_coverage():

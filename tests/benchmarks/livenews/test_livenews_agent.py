@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import pytest
 
+from tests.helpers import metrics_of
+
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import load
@@ -190,12 +192,12 @@ def test_grading_requests_and_tables(tasks):
     assert BENCH.parse_judgement("grade", "A") == "CORRECT" and BENCH.parse_judgement("grade", "maybe") is None
 
     def ep(i, reason, grade, s, v):
-        return episode_row("livenews", finish_reason=reason, judgements={"grade": grade} if grade else {},
+        return episode_row("livenews", episode_id=f"e{i}", finish_reason=reason, judgements={"grade": grade} if grade else {},
                            gold="Buffalo Bills", output="the buffalo bills!" if i == 0 else "x", n_searches=s,
                            n_visits=v, n_turns=2, tokens_in=10, tokens_out=5)
     rows = [ep(0, "finish", "CORRECT", 1, 0), ep(1, "finish", "INCORRECT", 3, 2), ep(2, "budget_exceeded", None, 6, 0),
             ep(3, "finish", None, 2, 1)]
-    m = {x.metric: x.value for x in BENCH.metrics(rows)}
+    m = {k: x.value for k, x in metrics_of(BENCH, rows).items()}
     assert m["accuracy"] == 0.25 and m["incorrect"] == 0.25 and m["failed"] == 0.25 and m["ungraded"] == 0.25
     assert m["searches_mean"] == 3.0 and m["searches_std"] == pytest.approx(1.8708, abs=1e-4)
     assert m["finish_budget_exceeded"] == 0.25 and m["answer_contains_gold"] == 0.25
@@ -209,8 +211,8 @@ def test_grading_requests_and_tables(tasks):
     metric_rows = (mrows(base | {"max_searches": 1}, 0.25, "a") + mrows(base | {"max_searches": 5}, 0.5, "b")
                    + mrows({"mode": "no_search", "max_searches": 0, "max_visits": 0, "max_turns": 1}, 0.0, "c"))
     t = BENCH.tables(metric_rows)
-    assert "| m | realtimeqa:realtimeqa | default | 5 | 25.0 | 50.0 | +25.0 | 4 |" in t["table3"]
-    assert "| m | realtimeqa:realtimeqa | default | 5/5 | 50.0 | 0.0 | -50.0 | 4/4 |" in t["table4"]
+    assert "| m | realtimeqa:realtimeqa | default | 5 | 25.0 | 50.0 | +25.0 | 1: 4/4; 5: 4/4 |" in t["table3"]
+    assert "| m | realtimeqa:realtimeqa | default | 5/5 | 50.0 | 0.0 | -50.0 | 4/4 vs 4/4 |" in t["table4"]
     assert "1.0 ± 0.5" in t["table1"]
 
 
@@ -243,9 +245,9 @@ def test_judge_probes_check_the_judge_itself(tasks):
     no_probe = dumps(to_plain(LivenewsBenchmarkConfig(judge_probes=False)) | {"limit": None})
     assert BENCH.judge_requests(row | {"data": no_probe}, {}) == []
 
-    def ep(gold_probe, decoy_probe):
-        return episode_row("livenews", gold="a", output="a",
+    def ep(i, gold_probe, decoy_probe):
+        return episode_row("livenews", episode_id=f"p{i}", gold="a", output="a",
                            judgements={"grade": "CORRECT", "probe_gold": gold_probe, "probe_decoy": decoy_probe})
-    m = {x.metric: x.value for x in BENCH.metrics([ep("CORRECT", "CORRECT"), ep("CORRECT", "INCORRECT"),
-                                                   ep("INCORRECT", None)])}
+    m = {k: x.value for k, x in metrics_of(BENCH, [ep(0, "CORRECT", "CORRECT"), ep(1, "CORRECT", "INCORRECT"),
+                                                   ep(2, "INCORRECT", None)]).items()}
     assert m["judge_probe_gold_ok"] == pytest.approx(2 / 3) and m["judge_probe_decoy_ok"] == pytest.approx(1 / 3)

@@ -14,11 +14,15 @@ from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent import environment as E
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
-from engine.benchmarks.newsagent.metrics import aggregate, episode_scores, episode_values
+from engine.benchmarks.newsagent.metrics import episode_scores, episode_values
 from tests.factories import episode_row
+from tests.helpers import metrics_of
+
+_ids = iter(range(10**6))
 
 
 def row(retrieved, draft, reference, **kw):
+    kw.setdefault("episode_id", f"e{next(_ids)}")
     return episode_row("newsagent", **{"retrieved_ids": retrieved, "draft_ids": draft, "reference_ids": reference,
                                        "tokens_in": 0, "tokens_out": 0, "n_search": 1, "n_insert": len(draft),
                                        "operations": 1 + len(draft), **kw})
@@ -29,12 +33,12 @@ ROWS = [
     row(["x"], [], ["a"]),                     # kept nothing: edit precision undefined
     row([], [], ["a", "b"]),                   # retrieved nothing: both precisions undefined
     row(["a"], ["a"], []),                     # no reference evidence: no function-wise scores
-    row(["a"], ["a"], ["a"], status="error"),  # not counted
+    row(["a"], ["a"], ["a"], status="error"),  # not counted here (score_failures=exclude; as_wrong: tests/engine/test_metrics.py)
 ]
 
 
 def by_name():
-    return {r.metric: r for r in aggregate(ROWS)}
+    return metrics_of(BENCHMARK, ROWS, policy="exclude")
 
 
 # --- 5a: precision of an empty selection is undefined, not 0 --------------------------------------
@@ -62,9 +66,9 @@ def test_recall_and_f1_count_empty_selections_as_zero():
 
 def test_llama_like_row_reaches_high_precision_with_few_inserts():
     """The paper's Llama-4-Scout pattern: most drafts empty, the few kept objects all reference."""
-    rows = [row(["r1"], ["r1"], ["r1", "r2", "r3", "r4", "r5", "r6"])] * 9 + \
-           [row(["r1"], [], ["r1", "r2", "r3", "r4", "r5", "r6"])] * 11
-    m = {r.metric: r.value for r in aggregate(rows)}
+    rows = [row(["r1"], ["r1"], ["r1", "r2", "r3", "r4", "r5", "r6"]) for _ in range(9)] + \
+           [row(["r1"], [], ["r1", "r2", "r3", "r4", "r5", "r6"]) for _ in range(11)]
+    m = {k: r.value for k, r in metrics_of(BENCHMARK, rows).items()}
     assert m["mean_n_insert"] == pytest.approx(0.45)
     assert m["edit_precision"] == 1.0 and m["edit_precision_zero_empty"] == pytest.approx(0.45)
     assert m["edit_recall"] == pytest.approx(0.45 / 6)                 # 0.075
@@ -80,15 +84,12 @@ def test_episode_scores_marks_undefined_precision():
 def test_metrics_are_means_of_episode_values():
     values = BENCHMARK.episode_values(ROWS)
     assert values[-1] == {} and "search_precision" not in values[2] and "edit_precision" not in values[1]
-    for r in BENCHMARK.metrics(ROWS):
-        if r.metric == "episodes":
+    for name, r in metrics_of(BENCHMARK, ROWS, policy="exclude").items():
+        if name in ("episodes", "scored_share"):
             continue
-        vals = [v[r.metric] for v in values if r.metric in v]
-        assert r.n == len(vals)
-        if vals:
-            assert r.value == pytest.approx(sum(vals) / len(vals))
-        else:
-            assert math.isnan(r.value)
+        vals = [v[name] for v in values if name in v]
+        assert r.n == len(vals) and vals
+        assert r.value == pytest.approx(sum(vals) / len(vals))
     assert all(not math.isnan(x) for v in values for x in v.values())
 
 
@@ -136,6 +137,23 @@ def test_cap_still_counts_failed_and_unparseable_operations():
     step(env, Action("search", query="nothing"))
     assert env.done and "Operation limit reached (4 operations)" in env.last_message
     assert (env.counters.insert, env.counters.remove) == (0, 0)
+
+
+def test_duplicate_insert_is_not_an_insert_but_uses_the_budget():
+    """Inserting an object already in the draft changes nothing: it is not one of Table 3's
+    inserts (``n_insert`` counts inserts that changed the draft), nor a failed insert, but it was
+    an attempted operation, so the cap counts it (``duplicate_insert``)."""
+    env = make_env(max_ops=4)
+    step(env, Action("search", query="bridge"))
+    assert step(env, Action("insert", text=DB[1].text)).message == E.MSG_INSERT_OK
+    out = step(env, Action("insert", text="Repairs cost $2.1 million"))          # the same object again
+    assert out.ok and out.message == E.MSG_INSERT_DUP and env.draft_ids() == ["b"]
+    c = env.counters
+    assert (c.insert, c.duplicate_insert, c.failed_insert) == (1, 1, 0)
+    assert c.operations == 3 and env.operations_left == 1 and not env.done
+    step(env, Action("insert", text=DB[1].text))                                   # a second duplicate hits the cap
+    assert env.done and "Operation limit reached (4 operations)" in env.last_message
+    assert (c.insert, c.duplicate_insert) == (1, 2)
 
 
 # --- 5c: punctuation is removed, not replaced by a space -----------------------------------------
