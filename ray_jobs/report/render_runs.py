@@ -28,7 +28,7 @@ def render_benchmark(page: Page, s: BenchmarkSection) -> None:
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
     incomplete = [g for g in s.groups if g.counts is not None and g.counts.incomplete]
     if incomplete:
-        page.strong("INCOMPLETE: " + "; ".join(f"{g.label}: {outcomes.mark(g.counts)}" for g in incomplete
+        page.strong("INCOMPLETE: " + "; ".join(f"{g.label}: {g.counts.describe()}" for g in incomplete
                                                if g.counts is not None))
         errors = [r for g in incomplete for r in g.rows if r["status"] not in ("ok",)]
         if errors:
