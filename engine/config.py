@@ -284,6 +284,71 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
+REDACTED = "<redacted>"
+
+
+def redact_url(url: str) -> str:
+    """A URL as files and logs keep it: no user info, query or fragment (tokens ride there)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+        netloc = (u.hostname or "") + (f":{u.port}" if u.port else "")
+    except ValueError:
+        return REDACTED
+    if not u.scheme:
+        return url
+    return urlunsplit((u.scheme, netloc, u.path, REDACTED if u.query else "", ""))
+
+
+def redact(obj: Any) -> Any:
+    """``obj`` (plain JSON-able data: a config, a run's info) as it may be written to disk: the
+    values of every ``env`` mapping (``model.env``, ``judge.hosted_model.env``; the names stay),
+    ``api_key`` values, and the credentials and query strings of ``base_url`` values."""
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if k == "env" and isinstance(v, dict):
+                out[k] = {name: REDACTED for name in v}
+            elif k in ("api_key", "password", "token") and v:
+                out[k] = REDACTED
+            elif k == "base_url" and isinstance(v, str):
+                out[k] = redact_url(v)
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def secret_values(obj: Any) -> set[str]:
+    """The secret strings in plain data (what :func:`redact` replaces): values of ``env``
+    mappings and of ``api_key``-like keys, user info and query strings of ``base_url`` values;
+    to scrub a text that repeats them elsewhere (Hydra's override lists)."""
+    from urllib.parse import urlsplit
+
+    out: set[str] = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "env" and isinstance(v, dict):
+                out |= {str(x) for x in v.values() if x not in (None, "")}
+            elif k in ("api_key", "password", "token") and v:
+                out.add(str(v))
+            elif k == "base_url" and isinstance(v, str):
+                try:
+                    u = urlsplit(v)
+                    out |= {x for x in (u.query, u.username, u.password) if x}
+                except ValueError:
+                    out.add(v)
+            else:
+                out |= secret_values(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            out |= secret_values(v)
+    return {x for x in out if len(x) >= 3}
+
+
 def config_labels(items: list[tuple[str, dict[str, Any], str]]) -> list[str]:
     """Readable names for configurations ``(model, settings, tag)``: the model, plus the settings
     whose values differ between the items, e.g. ``qwen (guided_json=True)``. Items that still
@@ -333,24 +398,62 @@ def validate_model(m: ModelConfig, where: str) -> None:
             _check(m.num_gpus >= m.tensor_parallel_size, f"{where}.num_gpus",
                    f"tensor_parallel_size={m.tensor_parallel_size} needs num_gpus >= {m.tensor_parallel_size}")
         _check(m.num_cpus >= 0 and m.num_gpus >= 0, f"{where}.num_cpus", "num_cpus and num_gpus must be >= 0")
-        _check(m.placement_timeout_s > 0, f"{where}.placement_timeout_s", "must be > 0")
-        _check(m.max_retries >= 0 and m.max_retries_per_episode >= 0, f"{where}.max_retries", "must be >= 0")
-        _check(0 <= m.retry_backoff_s <= m.retry_backoff_max_s, f"{where}.retry_backoff_s",
-               "must be >= 0 and <= retry_backoff_max_s")
+        _positive(m.placement_timeout_s, f"{where}.placement_timeout_s")
+        _positive(m.startup_timeout_s, f"{where}.startup_timeout_s")
         _check(bool(m.server_module), f"{where}.server_module", "required (vllm.entrypoints.openai.api_server)")
         _check(m.bind in ("auto", "loopback", "node"), f"{where}.bind", "must be auto, loopback or node")
         _check_resources(m.resources, f"{where}.resources")
     else:
-        _check(bool(m.base_url), f"{where}.base_url", "required for kind=openai_compatible")
+        _check_url(m.base_url, f"{where}.base_url", "required for kind=openai_compatible")
         if m.api_key_env:
             _check(m.api_key_env in os.environ, f"{where}.api_key_env",
                    f"environment variable {m.api_key_env!r} is not set")
     _check(not (m.reproducible and m.kind != "vllm"), f"{where}.reproducible",
            "needs a hosted model (kind: vllm): dateline cannot set an external endpoint's engine")
+    # what every kind uses: retries, timeouts, sampling, prices
+    _check(isinstance(m.max_retries, int) and m.max_retries >= 0, f"{where}.max_retries", "must be an integer >= 0")
+    _check(isinstance(m.max_retries_per_episode, int) and m.max_retries_per_episode >= 0,
+           f"{where}.max_retries_per_episode", "must be an integer >= 0")
+    _check(_finite(m.retry_backoff_s) and _finite(m.retry_backoff_max_s) and 0 <= m.retry_backoff_s <= m.retry_backoff_max_s,
+           f"{where}.retry_backoff_s", "must be >= 0 and <= retry_backoff_max_s")
+    _positive(m.request_timeout_s, f"{where}.request_timeout_s")
     _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
-    _check(m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
+    _check(_finite(m.health_check_s) and m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
            "health_check_s must be > 0 and unhealthy_checks >= 1")
-    _check(0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
+    _check(_finite(m.temperature) and 0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
+    _check(_finite(m.top_p) and 0.0 < m.top_p <= 1.0, f"{where}.top_p", f"must be in (0, 1], got {m.top_p!r}")
+    for price in ("price_input_per_mtok", "price_output_per_mtok", "price_gpu_hour"):
+        _non_negative(getattr(m, price), f"{where}.{price}")
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _positive(v: Any, where: str) -> None:
+    _check(_finite(v) and v > 0, where, f"must be a number > 0, got {v!r}")
+
+
+def _non_negative(v: Any, where: str) -> None:
+    _check(_finite(v) and v >= 0, where, f"must be a number >= 0, got {v!r}")
+
+
+def _check_url(url: str, where: str, missing: str) -> None:
+    """An endpoint: required, http(s)://host[:port][/path], no credentials in it (they would be
+    written into run files; keys go in the environment variable named by api_key_env)."""
+    from urllib.parse import urlsplit
+
+    _check(bool(url), where, missing)
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as e:
+        raise ConfigError(f"{where}: not a URL ({e}): {url!r}") from e
+    _check(u.scheme in ("http", "https") and bool(u.hostname), where,
+           f"must be an http:// or https:// URL with a host, got scheme {u.scheme!r}")
+    _check(u.username is None and u.password is None, where,
+           "must not hold credentials (user:password@); name the key's environment variable in api_key_env")
+    _check(port is None or 0 < port < 65536, where, f"port out of range: {port}")
 
 
 SCORE_FAILURES = ("as_wrong", "exclude")
@@ -373,7 +476,8 @@ def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
                           ".path=...); to let the model under test grade its own outputs ask for it explicitly with "
                           "judge=self (every judge-based number is then marked SELF-JUDGED)")
     if j.kind == "openai_compatible":
-        _check(bool(j.base_url) and bool(j.model), "judge.base_url", "base_url and model are required")
+        _check_url(j.base_url, "judge.base_url", "required for judge.kind=openai_compatible")
+        _check(bool(j.model), "judge.model", "required for judge.kind=openai_compatible")
         if j.api_key_env:
             _check(j.api_key_env in os.environ, "judge.api_key_env",
                    f"environment variable {j.api_key_env!r} is not set")
@@ -386,6 +490,10 @@ def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
         validate_model(j.hosted_model, "judge.hosted_model")
     _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
     _check(j.max_inflight >= 1, "judge.max_inflight", "must be >= 1")
+    _check(_finite(j.temperature) and 0.0 <= j.temperature <= 2.0, "judge.temperature", "must be in [0, 2]")
+    _positive(j.request_timeout_s, "judge.request_timeout_s")
+    _non_negative(j.price_input_per_mtok, "judge.price_input_per_mtok")
+    _non_negative(j.price_output_per_mtok, "judge.price_output_per_mtok")
 
 
 def validate(cfg: Config) -> None:
@@ -393,6 +501,9 @@ def validate(cfg: Config) -> None:
     validate_model(cfg.model, "model")
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
+    _check(i.embed_batch_size >= 1, "index.embed_batch_size", "must be >= 1")
+    _non_negative(i.num_cpus, "index.num_cpus")
+    _non_negative(i.num_gpus, "index.num_gpus")
     _check(-1.0 <= i.threshold <= 1.0, "index.threshold", "cosine threshold must be in [-1, 1]")
     _check(i.device in ("auto", "cpu", "gpu"), "index.device", f"must be auto, cpu or gpu, got {i.device!r}")
     _check_resources(i.resources, "index.resources")
@@ -400,22 +511,30 @@ def validate(cfg: Config) -> None:
     _check(c.num_workers >= 1, "cluster.num_workers", "must be >= 1")
     _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
     _check(c.max_episode_attempts >= 1, "cluster.max_episode_attempts", "must be >= 1")
+    _non_negative(c.worker_num_cpus, "cluster.worker_num_cpus")
+    _check(c.num_cpus is None or c.num_cpus >= 1, "cluster.num_cpus", "must be >= 1 or null (all)")
     _check_resources(c.worker_resources, "cluster.worker_resources")
     _check(c.ray_auth_mode in ("auto", "disabled", "token"), "cluster.ray_auth_mode", "must be auto, disabled or token")
     r = cfg.run
     _check(r.num_seeds >= 1, "run.num_seeds", "must be >= 1")
+    _check(r.seed >= 0, "run.seed", "must be >= 0")
+    _check(r.max_failures >= 0, "run.max_failures", f"must be >= 0 (0: never stop), got {r.max_failures}")
+    _non_negative(r.flush_interval_s, "run.flush_interval_s")
     _check(r.score_failures in SCORE_FAILURES, "run.score_failures",
            f"must be one of {SCORE_FAILURES}, got {r.score_failures!r}")
     _check(bool(r.dir), "run.dir", "required")
     for cap in ("max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours"):
         v = getattr(r.budget, cap)
-        _check(v is None or v >= 0, f"run.budget.{cap}", f"must be >= 0 or null, got {v!r}")
+        _check(v is None or (_finite(v) and v >= 0), f"run.budget.{cap}", f"must be >= 0 or null, got {v!r}")
     validate_judge(cfg.judge)
     from engine.benchmarks import get_benchmark
 
     bench = get_benchmark(cfg.benchmark.name)
     _check(isinstance(cfg.benchmark, bench.benchmark_schema), "benchmark",
            f"expected a {bench.benchmark_schema.__name__}, got {type(cfg.benchmark).__name__}")
+    limit = getattr(cfg.benchmark, "limit", None)
+    _check(limit is None or (isinstance(limit, int) and limit >= 1), "benchmark.limit",
+           f"must be >= 1 or null (all tasks), got {limit!r}")
     from engine.quarantine import ON_BAD_ROWS
 
     on_bad_rows = getattr(cfg.benchmark, "on_bad_rows", "error")

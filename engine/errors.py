@@ -37,6 +37,11 @@ class StoreWriteError(RuntimeError):
     a re-run of the same command runs the unwritten episodes again."""
 
 
+class CorruptShard(DataError):
+    """A shard of a run dir cannot be read (truncated, overwritten, not Parquet): names it and what
+    to do (``dateline repair RUN_DIR`` moves it aside; nothing else is lost)."""
+
+
 class BadDataError(DataError):
     """A :class:`DataError` of a known kind of bad input (``kind``: one of
     ``engine.quarantine.KINDS``, e.g. ``missing_field``, ``bad_utf8``), so that a loader running

@@ -30,6 +30,62 @@ MIN_YEAR, MAX_YEAR = 1800, 2199
 MAX_ID_CHARS = 200
 
 
+# JSON nested deeper than this is not data any loader reads (and Python's parser recurses: a
+# 100,000-deep line raised a bare RecursionError); integers longer than this many digits are
+# not plausible counts or ids (Python refuses to convert over 4,300 digits with a bare ValueError).
+MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 100
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _TooLarge(f"an integer of {len(text.lstrip('-')):,} digits (over {MAX_INT_DIGITS})")
+    return int(text)
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of brackets outside strings (a linear scan; no recursion)."""
+    depth = deepest = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads(text: str, path: Path, row: int | None) -> Any:
+    """``json.loads`` whose every failure is a BadDataError naming the file and row: invalid JSON,
+    nesting deeper than :data:`MAX_JSON_DEPTH`, integers longer than :data:`MAX_INT_DIGITS` digits."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:     # only then can it be too deep (counted in C)
+        if (d := _depth(text)) > MAX_JSON_DEPTH:
+            raise BadDataError("too_large", path, row, None, f"JSON nested {d:,} levels deep (over {MAX_JSON_DEPTH})")
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except json.JSONDecodeError as e:
+        raise BadDataError("invalid_json", path, row if row is not None else e.lineno, None,
+                           f"invalid JSON: {e.msg} at column {e.colno}") from None
+    except _TooLarge as e:
+        raise BadDataError("too_large", path, row, None, str(e)) from None
+    except (RecursionError, ValueError) as e:          # anything else the parser cannot take
+        raise BadDataError("invalid_json", path, row, None, f"unreadable JSON: {type(e).__name__}: {e}") from None
+
+
 def read_jsonl(path: Path, bad: Quarantine | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (1-based line number, object) for each non-blank line; ``.gz`` is decompressed.
     With ``bad`` a bad line is recorded there and skipped; without, it raises."""
@@ -64,10 +120,9 @@ def read_jsonl(path: Path, bad: Quarantine | None = None) -> Iterator[tuple[int,
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    reject(bad, BadDataError("invalid_json", path, row, None,
-                                             f"invalid JSON: {e.msg} at column {e.colno}"), line)
+                    obj = loads(line, path, row)
+                except BadDataError as e:
+                    reject(bad, e, line)
                     continue
                 if not isinstance(obj, dict):
                     reject(bad, BadDataError("not_object", path, row, None,

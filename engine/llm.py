@@ -131,12 +131,13 @@ def retry_after(e: BaseException) -> float | None:
 
 
 def retryable(e: BaseException) -> bool:
-    """A failure worth asking again: rate limits, server errors, connection resets and timeouts,
-    a body that is not the JSON it claims to be, an answer without choices."""
+    """A failure worth asking again: rate limits, server errors, connection resets and timeouts
+    (the call's deadline included), a body that is not the JSON it claims to be, an answer
+    without choices."""
     status = getattr(e, "status_code", None)
     if isinstance(status, int):
         return status in RETRY_STATUS
-    return isinstance(e, (MalformedResponse, json.JSONDecodeError)) or type(e).__name__ in (
+    return isinstance(e, (MalformedResponse, json.JSONDecodeError, TimeoutError)) or type(e).__name__ in (
         "APIConnectionError", "APITimeoutError", "ConnectError", "ReadError", "RemoteProtocolError", "ReadTimeout")
 
 
@@ -207,14 +208,19 @@ class ChatClient:
                 try:
                     async with self._slots:
                         t0 = time.perf_counter()
-                        resp = await self._client.chat.completions.create(**kwargs)
+                        # a deadline for the whole call: the HTTP client's timeout is per read, so an
+                        # endpoint dripping a byte a second would hold the call forever
+                        resp = await asyncio.wait_for(self._client.chat.completions.create(**kwargs),
+                                                      self.sampling.timeout_s)
                         latency = time.perf_counter() - t0
                     if not resp.choices or resp.choices[0].message is None:
                         raise MalformedResponse("the answer has no choices")
                     break
                 except Exception as e:  # noqa: BLE001 - openai's typed errors, a bad body; classified below
                     status = getattr(e, "status_code", None)
-                    what = f"{type(e).__name__}: {e}"
+                    what = f"{type(e).__name__}: {e}" if not isinstance(e, TimeoutError) else \
+                        f"TimeoutError: no complete answer within request_timeout_s={self.sampling.timeout_s:g} s"
+                    what += f" [endpoint {self.endpoint.model} at {_where(self.endpoint.base_url)}]"
                     if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404) \
                             and status not in RETRY_STATUS:
                         raise RequestRejected(what) from e
@@ -251,6 +257,14 @@ class ChatClient:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _where(base_url: str) -> str:
+    """An endpoint as an error names it: scheme, host and port (no path, query or credentials)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(base_url)
+    return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}"
 
 
 def unreachable(e: BaseException) -> bool:
@@ -394,7 +408,7 @@ class EpisodeClient:
                     if not any(r.healthy(j) for j in range(len(r.endpoints))):
                         raise
                 r.reroutes += 1
-                log.warning("replica %d (%s) unreachable (%s); re-routing episode %s", i, r.endpoints[i].base_url,
+                log.warning("replica %d (%s) unreachable (%s); re-routing episode %s", i, _where(r.endpoints[i].base_url),
                             e, self.episode_id)
 
     def close(self) -> None:

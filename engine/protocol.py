@@ -34,6 +34,7 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
 * ``metrics(rows)``: metrics that are not means of ``episode_values`` (spreads, counts), over
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
+* ``config_warnings(agent)``: what every number of a configuration must be read with,
 * ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark. :class:`Benchmark`
@@ -248,6 +249,7 @@ class Benchmark(Protocol[TaskT]):
     def tables(self, metric_rows: list[Row]) -> dict[str, str]: ...
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]: ...
     def task_failure_values(self, task: TaskT) -> dict[str, float] | None: ...
+    def config_warnings(self, agent: dict[str, Any]) -> list[str]: ...
 
 
 class BenchmarkBase:
@@ -300,6 +302,11 @@ class BenchmarkBase:
         """What an episode of ``task`` counts as without a scored result, when it is not
         ``failure_values`` (a metric the task does not have); None: ``failure_values``."""
         return None
+
+    def config_warnings(self, agent: dict[str, Any]) -> list[str]:
+        """What every number of a configuration (its agent config, plain) must be read with,
+        printed wherever they appear (the summary, tables, the report); none by default."""
+        return []
 
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
         """For each scored row (same order), ``{metric: value}`` for the metrics that are means of

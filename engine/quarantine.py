@@ -68,11 +68,11 @@ KINDS: dict[str, str] = {
     "unknown_reference": "a reference to an object, task, system or template that does not exist",
     "unknown_value": "a value outside its allowed set (an enum, an index into choices)",
     "unsafe_name": "an id or file name that could leave its folder: '/', '\\\\', '..', NUL, control "
-                   "characters, a symlink out of the task folder",
+                   "characters, a symlink (never followed)",
     "bad_url": "a URL that is not absolute (scheme://host/...)",
     "inconsistent": "fields that contradict each other or the folder (task_id vs folder name, a "
                     "pair of one system, a checklist built for another reference)",
-    "unsupported_file": "a source file of a type the benchmark cannot read",
+    "unsupported_file": "a source file of a type the benchmark cannot read, or not a regular file (FIFO, device)",
     "bad_table": "a CSV table that cannot be read (empty, ragged rows)",
     "malformed_value": "a string not in its required format (a checklist criterion's scoring lines)",
 }

@@ -46,6 +46,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from engine.errors import CorruptShard
 from engine.protocol import MetricRow, StepRecord
 
 EPISODE_FIELDS: list[pa.Field[Any]] = [
@@ -385,7 +386,11 @@ class _ShardedDir:
         return [json.loads(self.read_text(n) or "null") for n in names]
 
     def write_json(self, name: str, obj: Any) -> None:
-        self.write_text(name, json.dumps(obj, indent=2, default=str))
+        """``name`` as JSON, secrets redacted (``engine.config.redact``: env values, keys, URL
+        credentials and query strings): nothing a run dir holds can leak them."""
+        from engine.config import redact
+
+        self.write_text(name, json.dumps(redact(json.loads(json.dumps(obj, default=str))), indent=2, default=str))
 
     # -- reading ---------------------------------------------------------------------------
     def _files(self, sub: str, batches: set[str] | None = None) -> list[str]:
@@ -411,8 +416,47 @@ class _ShardedDir:
     def _read(self, sub: str, schema: pa.Schema, columns: list[str] | dict[str, pc.Expression] | None = None,
               filter: pc.Expression | None = None, files: list[str] | None = None) -> pa.Table:
         """The rows of every shard of ``sub`` (no dedup), only ``columns``, only rows matching
-        ``filter``; both are pushed down to the Parquet reader (pruned columns are never read)."""
-        return self._dataset(sub, schema, files).to_table(columns=columns, filter=filter)
+        ``filter``; both are pushed down to the Parquet reader (pruned columns are never read).
+        A shard that cannot be read is a :class:`CorruptShard` naming it and what to do."""
+        try:
+            return self._dataset(sub, schema, files).to_table(columns=columns, filter=filter)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+            bad = self.corrupt_shards(sub, schema, files)
+            if not bad:
+                raise
+            path, why = bad[0]
+            raise CorruptShard(path, None, None, (
+                f"this {sub} shard of run dir {self.uri} cannot be read ({why}){f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}. "
+                f"Run `dateline repair {self.uri}` to move it aside into _corrupt/ (only its rows are lost: "
+                "re-running the same command runs those episodes again), or restore it from a backup")) from e
+
+    def corrupt_shards(self, sub: str, schema: pa.Schema, files: list[str] | None = None) -> list[tuple[str, str]]:
+        """``(path, why)`` of every shard of ``sub`` that cannot be read whole with ``schema``."""
+        out = []
+        for f in self._files(sub) if files is None else files:
+            try:
+                ds.dataset([f], schema=schema, format="parquet", filesystem=self.fs).to_table()
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+                out.append((f, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
+        return out
+
+    def repair(self, dry_run: bool = False) -> list[tuple[str, str, str]]:
+        """Move every shard that cannot be read into ``_corrupt/<table>/`` (no other row is touched);
+        ``(shard, where it went, why)`` for each. With ``dry_run``, only say which."""
+        moved = []
+        for sub, schema in self._tables():
+            for path, why in self.corrupt_shards(sub, schema):
+                name = path.rsplit("/", 1)[-1]
+                dest = self._path("_corrupt", sub, name)
+                if not dry_run:
+                    if self.local:
+                        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                    self.fs.move(path, dest)
+                moved.append((path, dest, why))
+        return moved
+
+    def _tables(self) -> list[tuple[str, pa.Schema]]:
+        return []
 
     def _judgement_table(self, columns: list[str], filter: pc.Expression | None = None,
                          files: list[str] | None = None) -> pa.Table:
@@ -537,6 +581,10 @@ class EpisodeStore(_ShardedDir):
     ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
     SUBDIRS = ("episodes", "steps", "metrics", "judgements", "plans")
 
+    def _tables(self) -> list[tuple[str, pa.Schema]]:
+        return [("episodes", self.schema), ("steps", STEP_SCHEMA), ("judgements", JUDGEMENT_SCHEMA),
+                ("plans", PLAN_SCHEMA)]
+
     def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field[Any]] = (), *,
                  filesystem: pafs.FileSystem | None = None, local_dir: str | Path | None = None) -> None:
         super().__init__(run_dir, filesystem=filesystem, local_dir=local_dir)
@@ -653,7 +701,11 @@ class EpisodeStore(_ShardedDir):
         path = self._path("metrics", "metrics.parquet")
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             return METRIC_SCHEMA.empty_table()
-        return _conform(pq.read_table(path, filesystem=self.fs), METRIC_SCHEMA)
+        try:
+            return _conform(pq.read_table(path, filesystem=self.fs), METRIC_SCHEMA)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptShard(path, None, None, f"the metrics table of run dir {self.uri} cannot be read ({e}); it is "
+                                                 f"derived: recompute it with `dateline metrics {self.uri} BENCHMARK`") from e
 
     def finished_ids(self, config_hash: str | Iterable[str] | None = None,
                      statuses: Sequence[str] = ("ok",)) -> set[str]:
@@ -723,6 +775,9 @@ class EpisodeStore(_ShardedDir):
 class PairwiseStore(_ShardedDir):
     """A pairwise-judging directory: the planned comparisons and their judgements."""
     SUBDIRS = ("comparisons", "judgements")
+
+    def _tables(self) -> list[tuple[str, pa.Schema]]:
+        return [("comparisons", COMPARISON_SCHEMA), ("judgements", JUDGEMENT_SCHEMA)]
 
     def write_comparisons(self, rows: list[dict[str, Any]]) -> str:
         if not rows:

@@ -26,6 +26,8 @@ USAGE = """usage:
                                             e.g. runs=[runs/a,runs/b] out=runs/pairwise both_orders=true
   dateline report PATH... [--out DIR]       HTML + Markdown report (intervals, plots, cost) of run
                                             and pairwise directories; --help for options
+  dateline repair RUN_DIR [--dry-run]       move shards that cannot be read (run dir or pairwise dir)
+                                            into RUN_DIR/_corrupt/; no other row is touched
   dateline convert-realtimeqa SRC OUT       RealTimeQA dumps -> newsagent dataset folder
   dateline analyst-checklists [hydra overrides ...]
                                             build the missing analyst checklists (one per task, fixed
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [sys.argv[0], *[f"{g}=analyst" for g in ("benchmark", "agent") if g not in given], *rest]
         hydra_main("config", analyst_checklists)
         return 0
+    if cmd == "repair":
+        return repair(rest)
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 
@@ -119,6 +123,31 @@ def metrics(rest: list[str]) -> int:
     return 0
 
 
+def repair(rest: list[str]) -> int:
+    """``dateline repair RUN_DIR [--dry-run]``: move every shard that cannot be read aside."""
+    from engine.runlock import RunDirLock
+    from engine.storage import EpisodeStore, PairwiseStore, is_run_dir
+
+    dry = "--dry-run" in rest
+    args = [a for a in rest if a != "--dry-run"]
+    if len(args) != 1:
+        sys.stderr.write(USAGE)
+        return 2
+    root = args[0]
+    pairwise = is_run_dir(root, "comparisons")
+    if not pairwise and not is_run_dir(root):
+        sys.stderr.write(f"dateline repair: no run dir at {root} (no episodes/ or comparisons/ folder)\n")
+        return 2
+    with RunDirLock(root, "dateline repair"):
+        store = PairwiseStore(root) if pairwise else EpisodeStore(root)
+        moved = store.repair(dry_run=dry)
+    for path, dest, why in moved:
+        sys.stdout.write(f"{'would move' if dry else 'moved'} {path} -> {dest}: {why}\n")
+    sys.stdout.write(f"{len(moved)} unreadable shard(s){' found' if dry else ' moved aside'}; every other row is "
+                     f"kept{'' if dry or not moved else '. Re-run the same command to run their episodes again'}\n")
+    return 0
+
+
 def analyst_checklists(cfg: Any, session: Any) -> None:
     """Build every missing checklist of the configured analyst tasks with the configured judge
     (the logic: engine/benchmarks/analyst/checklists.py), and say per task what happened."""
@@ -162,6 +191,8 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
     tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked."""
     from pathlib import Path
 
+    import json
+
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
     from engine.outcomes import table_rows
@@ -178,6 +209,9 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
         mine = [r for r in rows if r["benchmark"] == name]
         for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
             these, notes = table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
+            bench = get_benchmark(name)
+            notes += sorted({f"**{w}** ({r['model']} [{r['config_hash'][:8]}])" for r in these
+                             for w in bench.config_warnings(json.loads(r["agent"] or "{}"))})
             by = f" (judge {judge})" if judge else " (no judge)"
             warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
                     if any(r["self_judged"] for r in these) else "")

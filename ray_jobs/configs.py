@@ -128,6 +128,26 @@ def compose_pairwise(overrides: Sequence[str] = ()) -> PairwiseConfig:
     return cfg
 
 
+def _redact_multirun_yaml() -> None:
+    """Hydra's sweeper saves the composed config as ``multirun.yaml`` in its sweep folder before the
+    first job; rewrite it with secrets redacted (``engine.config.redact``: env values, URL tokens)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from engine.config import REDACTED, redact, secret_values
+
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return
+    path = Path(hc.sweep.dir) / "multirun.yaml"
+    if path.exists():
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        text = OmegaConf.to_yaml(OmegaConf.create(redact(cfg)))
+        for secret in sorted(secret_values(cfg), key=len, reverse=True):    # also in the override lists
+            text = text.replace(secret, REDACTED)
+        path.write_text(text)
+
+
 def hydra_main(config_name: str, body: Callable[[Any, Any], object],
                after: Callable[[Any], Any] | None = None) -> None:
     """Run ``body(typed_config, session)`` under Hydra (``-m`` sweeps included) with one
@@ -144,6 +164,7 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)
     def _main(dcfg: DictConfig) -> None:
+        _redact_multirun_yaml()
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
         for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -152,6 +173,8 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
     import sys
 
     sys.argv[1:1] = searchpath_overrides()       # before the user's overrides, which may extend it
+    # Hydra's launcher logs every job's overrides (model.env values, URL tokens) at INFO: not shown
+    logging.getLogger("hydra").setLevel(logging.WARNING)
     try:
         _main()
         if after is not None:

@@ -343,6 +343,8 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         model = p.cfg.model.name if p.uses_model else "none"
         sys.stderr.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
         sys.stderr.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
+        for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
+            sys.stderr.write(f"**{w}**\n")
         sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
                          f"{info.get('episodes_planned', 0)} run; model starts this session: "
                          f"{session.model_starts})\n")

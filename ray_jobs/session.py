@@ -66,7 +66,7 @@ class Session:
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
         # where models live; how snippets are isolated; benchmarks from outside the repository
-        for k in ("DATELINE_CACHE", "DATELINE_SANDBOX", "DATELINE_BENCHMARKS"):
+        for k in ("DATELINE_CACHE", "DATELINE_BWRAP", "DATELINE_BENCHMARKS"):
             if k in os.environ:
                 env_vars[k] = os.environ[k]
         address = cfg.cluster.address

@@ -26,6 +26,10 @@ def render_benchmark(page: Page, s: BenchmarkSection) -> None:
                  "wrong" if g.policy == "as_wrong" else "excluded",
                  "INCOMPLETE" if c.incomplete else "complete"]
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
+    bench = get_benchmark(s.name)
+    for g in s.groups:
+        for w in bench.config_warnings(g.agent):
+            page.strong(f"{g.label}: {w}")
     incomplete = [g for g in s.groups if g.counts is not None and g.counts.incomplete]
     if incomplete:
         page.strong("INCOMPLETE: " + "; ".join(f"{g.label}: {g.counts.describe()}" for g in incomplete

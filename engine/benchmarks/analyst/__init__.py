@@ -22,12 +22,18 @@ from engine.benchmarks.analyst import metrics as analyst_metrics
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
 from engine import quarantine
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
+from engine.benchmarks.analyst.sandbox import ISOLATIONS, SandboxUnavailable, require_isolation
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version, source_version
 from engine.paths import repo_path
 from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
+
+AUDIT_UNSAFE_WARNING = ("AUDIT_UNSAFE: the model's code ran without OS isolation (agent.sandbox=audit_unsafe: an "
+                        "audit hook it can switch off); it could have read the task's reference and checklist, so "
+                        "these numbers are not measurements")
+
 
 @functools.lru_cache(maxsize=8)
 def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
@@ -102,13 +108,25 @@ class AnalystBenchmark(BenchmarkBase):
         if a.mode == "agentic" and a.setting == "T":
             raise ConfigError("agent.setting: T (no sources) has no files for an agent; use mode=vanilla")
         for key in ("context_tokens", "map_max_tokens", "report_max_tokens", "max_steps", "max_tokens_action",
-                    "max_episode_tokens", "code_memory_mb", "report_attempts"):
+                    "max_episode_tokens", "code_memory_mb", "report_attempts", "code_disk_mb", "code_max_procs",
+                    "observation_chars", "preview_rows", "full_table_rows"):
             if getattr(a, key) < 1:
                 raise ConfigError(f"agent.{key}: must be >= 1, got {getattr(a, key)}")
+        if not 0 < a.code_timeout_s <= 3600:
+            raise ConfigError(f"agent.code_timeout_s: must be in (0, 3600], got {a.code_timeout_s}")
+        if a.code_memory_mb < 128:
+            raise ConfigError(f"agent.code_memory_mb: must be >= 128 (Python and pandas need it), got {a.code_memory_mb}")
+        if a.sandbox not in ISOLATIONS:
+            raise ConfigError(f"agent.sandbox: must be one of {ISOLATIONS}, got {a.sandbox!r}")
+        if a.mode == "agentic":            # fail closed: no OS isolation, no agentic run
+            try:
+                require_isolation(a.sandbox)
+            except SandboxUnavailable as e:
+                raise ConfigError(f"agent.sandbox: {e}") from e
         if a.temperature is not None and not 0.0 <= a.temperature <= 2.0:
             raise ConfigError(f"agent.temperature: must be in [0, 2] or null, got {a.temperature}")
         for key in ("n_criteria", "checklist_max_tokens", "judge_max_tokens", "claims_chunk_tokens",
-                    "claims_max_tokens"):
+                    "claims_max_tokens", "evidence_k", "max_claims"):
             if getattr(b, key) < 1:
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
         if b.checklist_refine_rounds < 0:
@@ -248,6 +266,11 @@ class AnalystBenchmark(BenchmarkBase):
 
     def task_failure_values(self, task: AnalystTask) -> dict[str, float] | None:
         return analyst_metrics.failure_values_for(task)
+
+    def config_warnings(self, agent: dict[str, Any]) -> list[str]:
+        if agent.get("mode") == "agentic" and agent.get("sandbox") == "audit_unsafe":
+            return [AUDIT_UNSAFE_WARNING]
+        return []
 
 
 BENCHMARK: Benchmark[AnalystTask] = AnalystBenchmark()

@@ -53,8 +53,15 @@ class AnalystAgentConfig:
     max_episode_tokens: int = 150000     # agentic: prompt + completion tokens over all turns
     max_tokens_action: int = 1024
     guided_json: bool = True             # agentic: actions constrained to the tool schema (vLLM)
-    code_timeout_s: float = 30.0
-    code_memory_mb: int = 2048
+    # agentic: where model-written snippets run (engine/benchmarks/analyst/sandbox.py). "bwrap":
+    # bubblewrap namespaces, seccomp, a folder of their own; a run refuses to start where it
+    # cannot. "audit_unsafe": an audit hook alone, NOT a boundary (hostile code switches it off);
+    # only by explicit choice, and the report marks every number such a run produced.
+    sandbox: str = "bwrap"
+    code_timeout_s: float = 30.0         # per snippet: the whole process tree is killed then
+    code_memory_mb: int = 2048           # per process (RLIMIT_AS)
+    code_disk_mb: int = 256              # the whole episode folder (sources included)
+    code_max_procs: int = 64             # processes and threads a snippet may have at once
     observation_chars: int = 4000
 
 

@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
 from engine.errors import BadDataError, DataError
-from engine.jsonl import check_id, field_str
+from engine.jsonl import check_id, field_str, loads
 from engine.quarantine import Quarantine, reject
 
 SETTINGS = ("T", "T+S", "T+S+ToC", "T+S+R*")
@@ -126,10 +129,7 @@ def _read(path: Path, required: bool, limit: int = MAX_TEXT_BYTES) -> str:
 
 
 def _json(path: Path, text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadDataError("invalid_json", path, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    return loads(text, path, None)
 
 
 def _key_line(text: str, key: str) -> int:
@@ -198,20 +198,56 @@ def _meta(meta_path: Path, folder: Path) -> dict[str, str]:
     return out
 
 
+def _source_entries(src: Path) -> list[Path]:
+    """Every entry below ``sources/`` (not hidden), walked without following links; a link, FIFO,
+    socket or device anywhere there is a BadDataError naming it: it would be copied into every
+    episode (a folder link brought its whole target), or block the copy."""
+    out = []
+    for d, dirs, files in os.walk(src, followlinks=False):
+        for name in sorted(dirs + files):
+            p = Path(d) / name
+            if name.startswith("."):
+                if name in dirs:
+                    dirs.remove(name)
+                continue
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                raise BadDataError("unsafe_name", p, None, None, f"is a link (to {os.readlink(p)}): sources must be "
+                                                                 "plain files and folders (links are never followed)")
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise BadDataError("unsupported_file", p, None, None, "is not a regular file (a FIFO, socket or "
+                                                                      "device): sources must be plain files")
+            if stat.S_ISREG(st.st_mode):
+                out.append(p)
+    return sorted(out)
+
+
+def copy_sources(src: Path, dst: Path) -> None:
+    """Copy a task's ``sources/`` into an episode folder without following links (checked again
+    here: the task folder may have changed since it loaded)."""
+    files = _source_entries(src)
+    dst.mkdir(parents=True, exist_ok=True)
+    for p in files:
+        target = dst / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f, open(target, "xb") as out:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise BadDataError("unsupported_file", p, None, None, "is not a regular file")
+            shutil.copyfileobj(f, out)
+
+
 def _check_sources(folder: Path) -> None:
-    """sources/ holds at least one file; each is inside the task folder (no symlink out of it),
-    of a readable type (``.md``/``.markdown``/``.txt`` UTF-8 text, ``.csv`` a UTF-8 table with
-    rows as wide as its header, ``.xlsx`` a workbook) and at most ``MAX_SOURCE_BYTES``."""
+    """sources/ holds at least one file; each a plain file (no link, FIFO or device anywhere
+    there), of a readable type (``.md``/``.markdown``/``.txt`` UTF-8 text, ``.csv`` a UTF-8 table
+    with rows as wide as its header, ``.xlsx`` a workbook) and at most ``MAX_SOURCE_BYTES``."""
     src = folder / "sources"
-    if not src.is_dir():
+    if not src.is_dir() or src.is_symlink():
         raise BadDataError("missing_file", src, None, None, "a task needs a sources/ folder with at least one file")
-    files = [p for p in sorted(src.rglob("*")) if p.is_file() and not p.name.startswith(".")]
+    files = _source_entries(src)
     if not files:
         raise BadDataError("empty_file", src, None, None, "a task needs a sources/ folder with at least one file")
-    inside = folder.resolve()
     for p in files:
-        if not p.resolve().is_relative_to(inside):
-            raise BadDataError("unsafe_name", p, None, None, f"links out of the task folder (to {p.resolve()})")
         suffix = p.suffix.lower()
         if suffix not in TEXT_SUFFIXES | TABLE_SUFFIXES:
             raise BadDataError("unsupported_file", p, None, None,
@@ -232,8 +268,8 @@ def _failure(path: Path) -> str:
     if not path.exists():
         return ""
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        obj = loads(path.read_text(encoding="utf-8"), path, None)
+    except (BadDataError, UnicodeDecodeError):
         return f"{path}: unreadable"
     return str(obj.get("reason", "")) if isinstance(obj, dict) else ""
 

@@ -26,14 +26,14 @@ temperature; null falls back to ``model.temperature``) with the attempt's seed (
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.actions import ParseError, first_json_object
-from engine.benchmarks.analyst.data import AnalystTask
+from engine.benchmarks.analyst.data import AnalystTask, copy_sources
 from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox
 from engine.benchmarks.analyst.sources import chunk_sources, chunk_text, source_texts
 from engine.llm import RequestRejected
@@ -159,30 +159,48 @@ async def vanilla(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
 
 # -- agentic ------------------------------------------------------------------------------------
 
+GREP_BUDGET_S = 0.5          # a model-chosen pattern gets this long over all files (regex's timeout)
+GREP_MAX_BYTES = 1 << 22     # per file
+
+
+def _grep(box: Sandbox, pattern: str, under: str) -> str:
+    """Lines matching ``pattern`` (``regex``, case-insensitive) in the folder's regular files,
+    read without following links; the whole search gets ``GREP_BUDGET_S`` seconds (a pattern
+    that backtracks catastrophically stops there instead of holding the worker)."""
+    import regex
+
+    try:
+        pat = regex.compile(pattern, regex.IGNORECASE)
+    except (regex.error, ValueError, OverflowError, RecursionError) as e:
+        raise ValueError(f"not a regular expression: {e}") from e
+    deadline = time.monotonic() + GREP_BUDGET_S
+    files = box.files(under) if box.is_dir(under) else [under]
+    hits: list[str] = []
+    for f in files:
+        for i, line in enumerate(box.read_text(f, GREP_MAX_BYTES).splitlines(), 1):
+            left = deadline - time.monotonic()
+            if left <= 0 or pat.search(line, timeout=left):
+                if left <= 0:
+                    raise TimeoutError(f"the pattern took over {GREP_BUDGET_S:g} s; use a simpler one")
+                hits.append(f"{f}:{i}: {line[:200]}")
+    return ("\n".join(hits[:60]) + (f"\n[{len(hits) - 60} more matches]" if len(hits) > 60 else "")
+            if hits else "no matches")
+
+
 def _observation(box: Sandbox, action: dict[str, Any], limit: int) -> tuple[str, bool]:
     tool = action.get("tool")
     try:
         if tool == "list_files":
             return "\n".join(box.files()) or "(no files)", True
         if tool == "grep":
-            pat = re.compile(str(action.get("pattern", "")), re.I)
-            base = box.path(str(action.get("path") or "."))
-            files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()
-                                                          and ".sandbox" not in p.parts)
-            hits = []
-            for f in files:
-                for i, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-                    if pat.search(line):
-                        hits.append(f"{f.relative_to(box.root)}:{i}: {line[:200]}")
-            return ("\n".join(hits[:60]) + (f"\n[{len(hits) - 60} more matches]" if len(hits) > 60 else "")
-                    if hits else "no matches"), True
+            return _grep(box, str(action.get("pattern", "")), str(action.get("path") or ".")), True
         if tool == "read":
-            p = box.path(str(action.get("path", "")))
-            lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+            rel = str(action.get("path", ""))
+            lines = box.read_text(rel).splitlines()
             start = max(1, int(action.get("start", 1)))
             end = min(len(lines), int(action.get("end", start + 99)))
             body = "\n".join(f"{i}: {lines[i - 1]}" for i in range(start, end + 1))
-            return f"{p.relative_to(box.root)} lines {start}-{end} of {len(lines)}\n{body}"[:limit], True
+            return f"{rel} lines {start}-{end} of {len(lines)}\n{body}"[:limit], True
         if tool == "python":
             res = box.run_python(str(action.get("code", "")))
             return res.summary(limit), res.ok
@@ -190,13 +208,12 @@ def _observation(box: Sandbox, action: dict[str, Any], limit: int) -> tuple[str,
             content = str(action.get("content", ""))
             if not content.strip():
                 return "error: empty report", False
-            box.path("report.md").write_text(content, encoding="utf-8")
+            box.write_text("report.md", content)
             return f"report.md written ({len(content)} characters)", True
     except PathRefused as e:
         return f"error: {e}", False
-    except (OSError, re.error, ValueError, TypeError, OverflowError, RecursionError) as e:
-        # OverflowError: "start": 1e400, or a regex repeat past 4294967295; RecursionError: a
-        # regex nested past the recursion limit
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError, TimeoutError) as e:
+        # OverflowError: "start": 1e400; a pattern regex cannot compile is a ValueError (_grep)
         return f"error: {type(e).__name__}: {e}", False
     return f"error: unknown tool {tool!r}", False
 
@@ -212,14 +229,17 @@ def _fit(messages: list[dict[str, str]], budget: Budget, max_new: int) -> None:
             m["content"] = "[elided: an earlier tool output]"
 
 
-def _fresh_folder(task: AnalystTask, workdir: Path, limits: Limits) -> Sandbox:
+def _fresh_folder(task: AnalystTask, workdir: Path, limits: Limits, isolation: str) -> Sandbox:
     """The episode's folder, made anew (a retried episode starts clean): the task's sources and an
     empty ``figures/``, nothing else: no reference, checklist or ToC file (the setting's ToC or
-    template reaches the model in its prompt)."""
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    box = Sandbox(workdir, limits)
-    shutil.copytree(task.sources_dir, workdir / "sources")
+    template reaches the model in its prompt). Sources are copied without following links (a
+    link, FIFO or device there is a DataError naming it: ``data.copy_sources``)."""
+    if workdir.is_symlink():
+        workdir.unlink()
+    elif workdir.exists():
+        shutil.rmtree(workdir)            # never follows links (fd-based on Linux)
+    box = Sandbox(workdir, limits, isolation)
+    copy_sources(task.sources_dir, workdir / "sources")
     (workdir / "figures").mkdir()
     return box
 
@@ -229,7 +249,8 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
     a = ctx.agent
     seed = ctx.seed if seed is None else seed
     box = await asyncio.to_thread(_fresh_folder, task, workdir,
-                                  Limits(timeout_s=a.code_timeout_s, memory_mb=a.code_memory_mb))
+                                  Limits(timeout_s=a.code_timeout_s, memory_mb=a.code_memory_mb,
+                                         disk_mb=a.code_disk_mb, max_procs=a.code_max_procs), a.sandbox)
     prompt = AGENT_PROMPT.format(instruction=task.instruction, extras=extras(task, a.setting), max_steps=a.max_steps)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
     info: dict[str, Any] = {"steps": 0, "code_runs": 0, "code_failures": 0, "parse_failures": 0,
@@ -272,10 +293,16 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
         ctx.record(turn="action", observation_chars=len(messages[-1]["content"]), raw_output=c.text,
                    parsed_action=parsed, result=obs[:2000], ok=ok, **usage)
         messages += [{"role": "assistant", "content": c.text}, {"role": "user", "content": obs}]
-    report_path = workdir / "report.md"
-    report = report_path.read_text(encoding="utf-8") if report_path.exists() else ""
+    # what the snippets left is not trusted: read without following links, regular files only
+    try:
+        report = box.read_text("report.md", 1 << 22)
+    except (OSError, PathRefused) as e:
+        report = ""
+        if not isinstance(e, FileNotFoundError):
+            info["report_refused"] = str(e)
     if not report and info["finish_reason"] == "finish":
         info["finish_reason"] = "no_report"
-    info["figures_written"] = sorted(str(p.relative_to(workdir)) for p in (workdir / "figures").glob("*.png"))
+    info["figures_written"] = [f for f in box.files("figures") if f.endswith(".png")] if box.is_dir("figures") else []
+    box.close()
     return report, info
 

@@ -219,7 +219,8 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(by, key=lambda k: (k[0], agents[k]["mode"], agents[k]["setting"])):
         m, a = by[key], agents[key]
-        method = "Vanilla (map-reduce)" if a["mode"] == "vanilla" else "Agent (sandboxed tools)"
+        method = ("Vanilla (map-reduce)" if a["mode"] == "vanilla" else "Agent (sandboxed tools)"
+                  if a.get("sandbox", "bwrap") != "audit_unsafe" else "Agent (**AUDIT_UNSAFE**: no OS sandbox)")
         halluc = cell(m, "hallucination_pct")
         if "claims_unverified_pct" in m:
             halluc += f" ({m['claims_unverified_pct'][0]:.1f})"

@@ -205,5 +205,8 @@ def load(bench: LivenewsBenchmarkConfig, pages_only: bool = False) -> tuple[list
     if not questions and not (pages_only and source == "livenewsbench"):
         raise BadDataError("empty_file", where, None, None,
                            "no questions" + (f" left after skipping {len(bad)} bad rows" if bad else ""))
+    if not pages:            # an empty web: every search would find nothing, silently
+        raise BadDataError("empty_file", repo_path(bench.pages), None, None,
+                           "no pages: the offline web is empty" + (f" after skipping {len(bad)} bad rows" if bad else ""))
     limit = bench.limit
     return (questions[:limit] if limit is not None else questions), pages

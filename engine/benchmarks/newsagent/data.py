@@ -126,6 +126,9 @@ def load_dataset(root: str | Path, limit: int | None = None, bad: Quarantine | N
     A dataset without any task is an error either way."""
     root = Path(root)
     objects = load_objects(root / "objects.jsonl", bad)
+    if not objects:          # an empty index: every search would find nothing, silently
+        raise BadDataError("empty_file", root / "objects.jsonl", None, None,
+                           "no objects: the search corpus is empty" + (f" after skipping {len(bad)} bad rows" if bad else ""))
     tasks = load_tasks(root / "tasks.jsonl", {o.object_id: o for o in objects}, bad)
     if not tasks:
         raise BadDataError("empty_file", root / "tasks.jsonl", None, None,

@@ -93,7 +93,7 @@ def test_agentic_tool_loop(tmp_path):
         {"tool": "python", "code": "import csv\nrows = list(csv.DictReader(open('sources/crashes_2023.csv')))\n"
                                    "print(sum(int(r['crashes']) for r in rows))\n"
                                    "open('figures/monthly.png', 'wb').write(b'\\x89PNG\\r\\n')"},
-        {"tool": "python", "code": "open('/tmp/escape-analyst.txt', 'w').write('x')"},
+        {"tool": "python", "code": "open('/etc/escape-analyst.txt', 'w').write('x')"},
         {"tool": "write_report", "content": REPORT},
         {"tool": "finish"},
     ]
@@ -114,8 +114,8 @@ def test_agentic_tool_loop(tmp_path):
     assert obs[2].startswith("sources/vision_zero_update.md lines 1-3")
     assert "outside the working directory" in obs[3]
     assert "2767" in obs[4]
-    assert "sandbox: writing outside the episode folder" in obs[5]
-    assert not Path("/tmp/escape-analyst.txt").exists()
+    assert "Read-only file system" in obs[5]          # nothing but the folder and a private /tmp is writable
+    assert not Path("/etc/escape-analyst.txt").exists()
     workdir = tmp_path / "artifacts" / ep["episode_id"]
     assert (workdir / "report.md").read_text() == REPORT
 
@@ -222,4 +222,4 @@ def test_a_running_snippet_does_not_stall_the_workers_other_episodes(tmp_path):
     slow_code_done = arrivals["2022"][1]          # the turn after the sleeping snippet
     assert slow_code_done >= 2
     assert len(arrivals["2023"]) == 6 and arrivals["2023"][-1] < slow_code_done, arrivals
-    assert json.loads(res[0]["episode"]["generation_info"])["isolation"] in ("namespace", "audit")
+    assert json.loads(res[0]["episode"]["generation_info"])["isolation"] == "bwrap"

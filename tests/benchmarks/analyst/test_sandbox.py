@@ -1,4 +1,7 @@
-"""The analyst sandbox: writes stay in the episode folder, no network, runaway code is stopped."""
+"""The analyst sandbox: bubblewrap is the default and must work on these machines (this test
+fails, never skips, where it does not), writes stay in the episode folder, no network, runaway
+code is stopped, the host's file tools never follow links, and where no OS isolation can start
+an agentic run refuses to start. The hostile cases are the red-team suite in tests/security/."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, isolation_mode, namespace_isolation_available
+from engine.benchmarks.analyst import sandbox as S
+from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, SandboxUnavailable
 from tests.benchmarks.analyst.test_sandbox_reads import ISOLATIONS
 from tests.conftest import REPO
 
@@ -21,15 +25,26 @@ def box(tmp_path):
     return Sandbox(tmp_path / "episode", Limits(timeout_s=5, memory_mb=512))
 
 
+def test_bubblewrap_is_the_default_and_works_here():
+    """On these machines (and in CI) snippets run under bwrap; if it cannot start, this fails."""
+    ok, why = S.bwrap_status()
+    assert ok, f"bubblewrap cannot start here: {why}"
+    assert Sandbox.__init__.__defaults__ is not None and "bwrap" in Sandbox.__init__.__defaults__
+    from engine.benchmarks.analyst.config import AnalystAgentConfig
+
+    assert AnalystAgentConfig().sandbox == "bwrap"
+
+
 def test_runs_code_in_the_episode_folder(box):
     res = box.run_python("import os\nprint(os.getcwd())\nopen('out.csv', 'w').write('a,b\\n1,2\\n')\n"
                          "import os; os.makedirs('figs', exist_ok=True); open('figs/x.txt','w').write('x')")
     assert res.ok, res.stderr
     assert res.stdout.strip() == str(box.root)
     assert res.new_files == ["figs/x.txt", "out.csv"]
-    assert (box.root / "out.csv").read_text() == "a,b\n1,2\n"
+    assert box.read_text("out.csv") == "a,b\n1,2\n"
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("code", [
     "open('{outside}/x.txt', 'w').write('no')",
     "open('../escape.txt', 'a').write('no')",
@@ -40,18 +55,24 @@ def test_runs_code_in_the_episode_folder(box):
     "import os; os.symlink('/etc/passwd', '{outside}/link')",
     "import pathlib; pathlib.Path('{outside}/z.txt').write_text('no')",
 ])
-def test_writes_outside_the_folder_are_refused(box, tmp_path, code):
+def test_writes_outside_the_folder_are_refused(tmp_path, code, isolation):
+    box = Sandbox(tmp_path / "episode", Limits(timeout_s=5, memory_mb=512), isolation=isolation)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("keep")
     res = box.run_python(code.format(outside=outside))
-    assert not res.ok and "sandbox:" in res.stderr and "PermissionError" in res.stderr
+    # under bwrap, '..' of a folder under /tmp is the snippet's own private /tmp: a write there
+    # succeeds and vanishes with the sandbox; nothing reaches the host
+    if not (isolation == "bwrap" and "../" in code):
+        assert not res.ok and "Error" in res.stderr
     assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
     assert (outside / "keep.txt").read_text() == "keep"
     assert not (tmp_path / "escape.txt").exists()
 
 
-def test_no_network(box):
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_no_network(tmp_path, isolation):
+    box = Sandbox(tmp_path / "episode", Limits(timeout_s=5, memory_mb=512), isolation=isolation)
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -69,29 +90,26 @@ def test_no_network(box):
     assert not res.ok
 
 
-def test_isolation_follows_what_the_machine_supports(monkeypatch):
-    monkeypatch.delenv("DATELINE_SANDBOX", raising=False)
-    assert isolation_mode() == ("namespace" if namespace_isolation_available() else "audit")
-    assert isolation_mode("audit") == "audit"
-    if namespace_isolation_available():
-        assert isolation_mode("namespace") == "namespace"
-    else:
-        with pytest.raises(RuntimeError, match="namespaces do not work"):
-            isolation_mode("namespace")
+def test_without_os_isolation_nothing_runs_unless_asked(tmp_path, monkeypatch):
+    """Fail closed: no bwrap (or no user namespaces) means no sandbox and no agentic run; the
+    message says why and how to fix it. audit_unsafe stays possible, by explicit choice."""
+    monkeypatch.setenv("DATELINE_BWRAP", str(tmp_path / "no-such-bwrap"))
+    S._probe.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="cannot start here.*To fix: install bubblewrap"):
+            Sandbox(tmp_path / "episode")
+        assert Sandbox(tmp_path / "unsafe", isolation="audit_unsafe").isolation == "audit_unsafe"
+    finally:
+        S._probe.cache_clear()
 
 
-def test_runaway_time_and_processes_are_stopped(box, tmp_path):
-    quick = Sandbox(tmp_path / "quick", Limits(timeout_s=1, memory_mb=512))   # the limit, not its size, is the point
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_runaway_time_and_processes_are_stopped(tmp_path, isolation):
+    quick = Sandbox(tmp_path / "quick", Limits(timeout_s=1, memory_mb=512), isolation=isolation)
     res = quick.run_python("while True:\n    pass")
     assert res.timed_out and not res.ok and 1 <= res.seconds < 10
     res = quick.run_python("import time\ntime.sleep(60)")
     assert res.timed_out and 1 <= res.seconds < 10
-    res = box.run_python("import subprocess\nsubprocess.run(['true'])")
-    assert not res.ok and "starting processes is not allowed" in res.stderr
-    res = box.run_python("import ctypes\nctypes.CDLL(None).getpid()")
-    assert not res.ok and "ctypes" in res.stderr
-    res = box.run_python("import ctypes\nctypes.CDLL('libc.so.6')")
-    assert not res.ok and "ctypes" in res.stderr
 
 
 def test_memory_limit(box):
@@ -99,20 +117,28 @@ def test_memory_limit(box):
     assert not res.ok and "allocated" not in res.stdout and "MemoryError" in res.stderr
 
 
-def test_file_tools_refuse_paths_outside(box):
+def test_file_tools_refuse_paths_outside_and_never_follow_links(box):
     (box.root / "data").mkdir()
     (box.root / "data" / "a.csv").write_text("x\n")
-    assert box.path("data/a.csv").read_text() == "x\n"
+    assert box.read_text("data/a.csv") == "x\n"
     for bad in ("../x", "/etc/passwd", "data/../../x"):
         with pytest.raises(PathRefused):
-            box.path(bad)
+            box.read_text(bad)
+    os.symlink("/etc/hostname", box.root / "data" / "link.txt")
+    os.symlink("/etc", box.root / "etc")
+    os.mkfifo(box.root / "data" / "pipe")
+    for bad in ("data/link.txt", "etc/hostname", "data/pipe"):
+        with pytest.raises(PathRefused):
+            box.read_text(bad)
+    with pytest.raises(PathRefused):
+        box.write_text("data/link.txt", "x")
+    assert Path("/etc/hostname").read_text() != "x"
     assert box.files() == ["data/a.csv"]
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_pandas_and_matplotlib_work_inside(tmp_path, isolation):
-    """An Excel source, under both isolations (openpyxl reads the system MIME table at import:
-    under audit isolation that read was refused, so read_excel failed)."""
+    """An Excel source, under both isolations (openpyxl reads the system MIME table at import)."""
     import shutil
 
     box = Sandbox(tmp_path / "episode", Limits(timeout_s=90, memory_mb=2048), isolation=isolation)
@@ -127,24 +153,21 @@ def test_pandas_and_matplotlib_work_inside(tmp_path, isolation):
         "plt.savefig('figures/rates.png')\n")
     assert res.ok, res.stderr[-2000:]
     assert res.new_files == ["figures/rates.png"]
-    assert (box.root / "figures" / "rates.png").read_bytes()[:4] == b"\x89PNG"
+    assert box.read_bytes("figures/rates.png")[:4] == b"\x89PNG"
 
 
-def test_namespace_isolation_from_a_venv_reached_through_a_symlink(tmp_path):
-    """The namespace root binds real paths: an interpreter run by a symlinked path (``.venv ->
-    /elsewhere``) must be exec'd there by its real folder, or the probe fails and every snippet
-    silently falls back to audit isolation."""
-    if not namespace_isolation_available():
-        pytest.skip("unprivileged user/mount namespaces do not work on this machine")
+def test_bwrap_from_a_venv_reached_through_a_symlink(tmp_path):
+    """The sandbox binds real paths: an interpreter run by a symlinked path (``.venv ->
+    /elsewhere``) must still find its packages inside."""
     link = tmp_path / "venv-link"
     link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
     python = link / Path(sys.executable).relative_to(sys.prefix)
     code = ("import sys\nfrom engine.benchmarks.analyst.sandbox import Limits, Sandbox\n"
             f"assert sys.prefix.startswith({str(link)!r}), sys.prefix\n"
-            f"box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60), isolation='namespace')\n"
+            f"box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60))\n"
             "res = box.run_python('import pandas, os; print(os.getpid())')\n"
             "print(res.ok, res.stdout.strip(), res.stderr[-500:])\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([str(python), "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[:2] == ["True", "1"], out.stdout
+    assert out.stdout.split()[0] == "True" and int(out.stdout.split()[1]) <= 2, out.stdout

@@ -1,7 +1,8 @@
 """The analyst sandbox leaks nothing: a snippet cannot read the task's reference, checklist or ToC,
 the other episodes' folders, the run dir's judgements or the repository, by any of the routes a
-model-written snippet might take. Each route runs under both isolations: ``namespace`` (its own
-file system; the default where it works) and ``audit`` (the audit hook alone)."""
+model-written snippet might take. Each route runs under both isolations: ``bwrap`` (its own file
+system; the default, and it must work here) and ``audit_unsafe`` (the audit hook alone). The
+red-team suite (tests/security/) attacks the boundary itself."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.benchmarks.analyst.sandbox import Limits, Sandbox, namespace_isolation_available
+from engine.benchmarks.analyst.sandbox import Limits, Sandbox
 
 SECRET = "SECRET-7f3a9c"
 REPO = Path(__file__).resolve().parents[3]
@@ -66,12 +67,8 @@ ROUTES = [
                        " '{secret}')"),
 ]
 
-ISOLATIONS = [
-    pytest.param("namespace", marks=pytest.mark.skipif(
-        not namespace_isolation_available(),
-        reason="unprivileged user/mount namespaces do not work on this machine (the audit case still runs)")),
-    "audit",
-]
+# bwrap never skips: it is the default, and tests/benchmarks/analyst/test_sandbox.py fails where it cannot start
+ISOLATIONS = ["bwrap", "audit_unsafe"]
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
@@ -83,8 +80,10 @@ def test_no_route_reads_outside_the_episode_folder(layout, isolation, name, code
     res = box.run_python(snippet)
     # (the repository route prints the secret after any successful read of the real file)
     assert SECRET not in res.stdout, f"{name}: read outside the folder under {isolation}:\n{res.stdout[:500]}"
-    assert not res.ok, f"{name}: should have failed under {isolation}"
-    assert "Error" in res.stderr, res.stderr[-1000:]
+    # under bwrap a walk over what is not there may find nothing and succeed; every read fails
+    if isolation == "audit_unsafe" or not name.startswith(("glob", "os.walk")):
+        assert not res.ok, f"{name}: should have failed under {isolation}"
+        assert "Error" in res.stderr, res.stderr[-1000:]
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
@@ -102,31 +101,30 @@ def test_inside_the_folder_everything_works(layout, isolation):
     assert res.new_files == ["figures/a.png"]
 
 
-def test_namespace_snippets_hold_no_capabilities_and_see_only_their_folder(layout):
-    if not namespace_isolation_available():
-        pytest.skip("unprivileged user/mount namespaces do not work on this machine")
-    box = Sandbox(layout["root"], Limits(timeout_s=30), isolation="namespace")
+def test_bwrap_snippets_hold_no_capabilities_and_see_only_their_folder(layout):
+    box = Sandbox(layout["root"], Limits(timeout_s=30), isolation="bwrap")
     # os.stat and os.path.exists raise no audit event: what they see is the file system itself
     res = box.run_python(
         "import os\n"
         f"print(os.path.exists('{layout['task']}'), os.path.exists('{layout['run']}/judgements'),\n"
         f"      os.path.exists('{layout['other']}'), os.path.exists('{REPO}/README.md'),\n"
-        f"      os.path.exists('sources/crashes.csv'), os.getpid())\n")
+        f"      os.path.exists('sources/crashes.csv'), os.getpid() <= 2, os.getuid() != 0)\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n")
     assert res.ok, res.stderr
-    assert res.stdout.split() == ["False", "False", "False", "False", "True", "1"]
+    assert res.stdout.split() == ["False", "False", "False", "False", "True", "True", "True", "0000000000000000"]
 
 
-def test_launcher_and_guard_are_not_in_the_writable_folder(layout):
-    """A snippet that rewrites what it finds in its folder cannot weaken the next run's guard."""
+def test_nothing_of_the_runner_is_in_the_writable_folder(layout):
+    """The snippet's code goes in on stdin: nothing in the folder a snippet could rewrite is run
+    or read by the next run."""
     box = Sandbox(layout["root"], Limits(timeout_s=30))
-    res = box.run_python("import os\nprint(sorted(os.listdir('.sandbox')))")
+    res = box.run_python("import os\nprint(sorted(os.listdir('.')))")
     assert res.ok, res.stderr
-    assert "guard.py" not in res.stdout and "launcher" not in res.stdout
+    assert res.stdout.strip() == "['sources']"
     res = box.run_python(f"print(open('{layout['task']}/reference.md').read())")
     assert not res.ok and SECRET not in res.stdout
 
 
-def test_unknown_isolation_is_refused(layout, monkeypatch):
-    monkeypatch.setenv("DATELINE_SANDBOX", "none")
-    with pytest.raises(ValueError, match="DATELINE_SANDBOX"):
-        Sandbox(layout["root"])
+def test_unknown_isolation_is_refused(layout):
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(layout["root"], isolation="none")

@@ -63,7 +63,7 @@ import pyarrow as pa
 
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, Row
+from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, Row
 from engine.benchmarks.arith.config import ArithAgentConfig, ArithBenchmarkConfig
 
 
@@ -80,6 +80,8 @@ class Arith(BenchmarkBase):
     agent_schema = ArithAgentConfig
     evaluation_fields = ("grading_note",)
     primary_metrics = ("accuracy",)
+    # an episode that produced no answer (an error, a budget stop) counts as wrong
+    failure_values = {"accuracy": 0.0}
     episode_fields: list[pa.Field[Any]] = [pa.field("expected", pa.int64()), pa.field("answer", pa.int64())]
 
     def validate(self, cfg: Config) -> None:
@@ -103,11 +105,8 @@ class Arith(BenchmarkBase):
                               {"expected": task.a + task.b, "answer": answer})
 
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
-        return [{"accuracy": float(r["answer"] == r["expected"])} if r["status"] == "ok" else {} for r in rows]
-
-    def metrics(self, rows: list[Row]) -> list[MetricRow]:
-        vals = [v["accuracy"] for v in self.episode_values(rows) if v]
-        return [MetricRow("accuracy", sum(vals) / len(vals) if vals else float("nan"), len(vals))]
+        # the means, their denominators and the failures are the runtime's (engine/outcomes.py)
+        return [{"accuracy": float(r["answer"] == r["expected"])} for r in rows]
 
 
 BENCHMARK: Benchmark[Sum] = Arith()
@@ -164,7 +163,7 @@ def test_a_folder_that_breaks_the_protocol_is_named(fourth):
     (fourth / "half").mkdir()
     (fourth / "half" / "__init__.py").write_text("class Half:\n    name = 'half'\n\nBENCHMARK = Half()\n")
     with pytest.raises(ConfigError, match=r"does not implement engine.protocol.Benchmark: missing agent_schema, "
-                                          r"benchmark_schema, corpus"):
+                                          r"benchmark_schema, config_warnings, corpus"):
         get_benchmark("half")
     with pytest.raises(ConfigError, match="no benchmark folder nothere/"):
         get_benchmark("nothere")
