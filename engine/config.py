@@ -161,8 +161,12 @@ class RunConfig:
     compact: bool = True
     # Live progress line on stderr.
     progress: bool = True
-    # Stop the run (in-flight episodes finish) once this many episodes fail; 0 = never.
+    # Stop the run (in-flight episodes finish) once this many episodes fail; 0 = never. A run that
+    # stops there exits with status 1.
     max_failures: int = 0
+    # Exit with status 1 when an episode of the run ended in error (the summary lists them by kind);
+    # false for sweeps where failures are expected (they are still counted and marked).
+    fail_on_error: bool = True
     # What a planned episode without a scored result (an error, a budget stop, one that never ran)
     # counts as in accuracy-like means (docs/design/what-a-number-means.md): "as_wrong" (the
     # benchmark's failure value: 0 accuracy, the checklist floor...) or "exclude" (left out; the

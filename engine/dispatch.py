@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, Reservation
 from engine.cost import Prices
 from engine.llm import Endpoint, Router, SamplingParams
 from engine.protocol import EpisodeContext, IndexClient, dumps
+from engine import transcripts
 from engine.storage import step_rows
 
 log = logging.getLogger(__name__)
@@ -135,13 +136,17 @@ class EpisodeRunner:
             if gated is not None:
                 current_gate.reset(gated)
         finished = time.time()
+        calls: list[dict[str, Any]] = []
+        messages: dict[str, dict[str, Any]] = {}
         if llm is not None:
             row["replica"] = llm.endpoint.replica       # where it ended (a re-routed episode moved)
             llm.close()
+            calls, messages = transcripts.rows(llm.calls, spec.episode_id)
         row.update(n_steps=len(ctx.steps), tokens_in=sum(x.tokens_in for x in ctx.steps),
                    tokens_out=sum(x.tokens_out for x in ctx.steps), wall_time_s=finished - started,
                    started_at=_utc(started), finished_at=_utc(finished))
-        return {"episode": row, "steps": step_rows(spec.episode_id, ctx.steps)}
+        return {"episode": row, "steps": step_rows(spec.episode_id, ctx.steps), "calls": calls,
+                "messages": messages}
 
 
 class EpisodeWorker:
@@ -162,11 +167,14 @@ class EpisodeWorker:
 
     def add_point(self, point: str, setup: WorkerSetup, index_handle: Any,
                   service_handles: dict[str, Any] | None = None) -> None:
+        from engine.actors import resolve
         from engine.services import RemoteService
         from indexes.service import RemoteIndex
 
-        services = {k: RemoteService(h) for k, h in (service_handles or {}).items()}
-        index = RemoteIndex(index_handle) if index_handle is not None else None
+        services = {k: RemoteService(resolve(h)) for k, h in (service_handles or {}).items()}
+        index = RemoteIndex(resolve(index_handle)) if index_handle is not None else None
+        if setup.budget is not None:
+            setup = replace(setup, budget=resolve(setup.budget))
         router = None
         if setup.endpoints:
             key = setup.pool_key or point
@@ -193,9 +201,6 @@ class EpisodeWorker:
         return self.name
 
 
-_CONSTRUCTOR_ARGS: list[Any] = []
-
-
 def start_workers(setup: WorkerSetup | None, index_handle: Any, num_workers: int, episodes_per_worker: int,
                   num_cpus: float, service_handles: dict[str, Any] | None = None, *,
                   points: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] | None = None,
@@ -207,10 +212,12 @@ def start_workers(setup: WorkerSetup | None, index_handle: Any, num_workers: int
     if points is None:
         assert setup is not None, "start_workers needs a setup or points"
         points = {"": (setup, index_handle, service_handles)}
-    # the constructor arguments, held by the driver for as long as it runs: a restarted actor is
-    # built from them again (Ray warns that arguments gone out of scope make a restart fail)
-    args = ray.put(points)
-    _CONSTRUCTOR_ARGS.append(args)
+    from engine.actors import by_name
+
+    # the constructor arguments go inline with the actor's creation task (they are small: setups
+    # and actor names, no handles: engine.actors), so a restarted actor is built from them again
+    args = {k: (replace(s, budget=by_name(s.budget)), by_name(i), {n: by_name(h) for n, h in (sv or {}).items()})
+            for k, (s, i, sv) in points.items()}
     actor_cls = ray.remote(EpisodeWorker)
     # One slot more than the episodes the driver gives a worker at once: progress polls never wait.
     # A worker that dies (its process or node) is restarted by Ray with the same constructor
@@ -265,9 +272,12 @@ def start_budget_actor(caps: Caps, prices: Prices, initial: Spend, ttl_s: float,
                        closed: tuple[str, str] | None = None) -> Any:
     import ray
 
+    from engine.actors import remember, unique_name
+
     # no CPU of its own (it only does arithmetic); enough concurrency for every waiting call
-    return ray.remote(BudgetActor).options(num_cpus=0, max_concurrency=10_000, max_restarts=0).remote(
-        caps, prices, initial, ttl_s, closed)
+    name = unique_name("budget")
+    return remember(ray.remote(BudgetActor).options(num_cpus=0, max_concurrency=10_000, max_restarts=0,
+                                                    name=name).remote(caps, prices, initial, ttl_s, closed), name)
 
 
 def remote_gate(actor: Any) -> BudgetGate:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.budget import BudgetGate, current_gate
+from engine.transcripts import CallRecord
 
 if TYPE_CHECKING:
     from engine.config import JudgeConfig, ModelConfig
@@ -379,6 +380,8 @@ class EpisodeClient:
         self.episode_id = episode_id
         self.seed = seed
         self.retries = RetryBudget(router.max_retries_per_episode)      # over all the episode's calls
+        # every call, answered or not, as the transcript stores it (engine/transcripts.py)
+        self.calls: list[CallRecord] = []
 
     @property
     def endpoint(self) -> Endpoint:
@@ -387,9 +390,32 @@ class EpisodeClient:
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
                    regex: str | None = None, temperature: float | None = None) -> Completion:
+        seed = self.seed if seed is None else seed
+        sp = self.router.sampling
+        rec = CallRecord(messages=[dict(m) for m in messages], started_at=time.time(), params={
+            "max_tokens": max_tokens, "temperature": sp.temperature if temperature is None else temperature,
+            "top_p": sp.top_p, "seed": seed, **({"json_schema": True} if json_schema is not None else {}),
+            **({"regex": regex} if regex is not None else {})})
+        self.calls.append(rec)
+        try:
+            c = await self._chat(messages, max_tokens, json_schema, seed, regex, temperature)
+        except BaseException as e:
+            rec.error = f"{type(e).__name__}: {e}"[:2000]
+            self._where(rec)
+            raise
+        rec.completion, rec.finish_reason = c.text, c.finish_reason
+        rec.tokens_in, rec.tokens_out, rec.latency_s = c.prompt_tokens, c.completion_tokens, c.latency_s
+        self._where(rec)
+        return c
+
+    def _where(self, rec: CallRecord) -> None:
+        ep = self.endpoint
+        rec.model, rec.replica, rec.endpoint = ep.model, ep.replica, _where(ep.base_url)
+
+    async def _chat(self, messages: list[dict[str, str]], max_tokens: int, json_schema: dict[str, Any] | None,
+                    seed: int | None, regex: str | None, temperature: float | None) -> Completion:
         r = self.router
         deadline = time.monotonic() + r.reroute_wait_s
-        seed = self.seed if seed is None else seed
         while True:
             i = r.pick(self.episode_id)
             try:

@@ -117,6 +117,17 @@ UNGRADED = ("ungraded: name a judge (judge=openai_compatible judge.base_url=... 
             "marked SELF-JUDGED)")
 
 
+def error_kind(row: Mapping[str, Any]) -> str:
+    """What kind of failure an unscored episode is, for grouping: ``budget_exhausted``, or the
+    error's exception types (``GenerationError: InternalServerError``)."""
+    if row.get("status") == "budget_exhausted":
+        return "budget_exhausted"
+    first = str(row.get("error") or "").splitlines()[0] if row.get("error") else ""
+    parts = [p.strip() for p in first.split(":")[:2]]
+    kinds = [p for p in parts if p and p.replace("_", "").isalnum() and p[0].isupper()]
+    return ": ".join(kinds) or (first[:60] or "error")
+
+
 def mark(counts: Counts) -> str:
     """The mark an incomplete configuration carries wherever it appears ("" when complete)."""
     return f"{INCOMPLETE}: {counts.describe()}" if counts.incomplete else ""
@@ -251,7 +262,7 @@ def dataset_key(bench: Any, data_json: str | None) -> str:
         d = json.loads(data_json or "{}")
     except ValueError:
         return data_json or ""
-    drop = {"limit", "task_ids", "on_bad_rows", *getattr(bench, "evaluation_fields", ())}
+    drop = {"limit", "task_ids", "on_bad_rows", "dataset", *getattr(bench, "evaluation_fields", ())}
     return json.dumps({k: v for k, v in d.items() if k not in drop}, sort_keys=True, default=str)
 
 

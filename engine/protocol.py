@@ -35,6 +35,7 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
 * ``config_warnings(agent)``: what every number of a configuration must be read with,
+* ``episode_reference(row)``: what an episode's output is compared with (the episode viewer),
 * ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark. :class:`Benchmark`
@@ -111,6 +112,7 @@ class StepRecord:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float = 0.0
+    call: int = -1            # the model call behind it (its transcript: the calls table), -1 if none
 
 
 @dataclass
@@ -128,6 +130,7 @@ class EpisodeContext:
     services: dict[str, Any] = field(default_factory=dict)
     workdir: Path | None = None           # this episode's folder under RUN_DIR/artifacts/
     model_path: str = ""                  # the served model's local folder ("" for external endpoints)
+    _calls_seen: int = 0                  # model calls the steps recorded so far account for
 
     @property
     def model(self) -> ChatModel:
@@ -138,6 +141,12 @@ class EpisodeContext:
         return self.llm
 
     def record(self, **kw: Any) -> StepRecord:
+        """A step; it points at the newest model call made since the previous step, if any."""
+        made = getattr(self.llm, "calls", None)          # EpisodeClient keeps its call records
+        calls = len(made) if isinstance(made, list) else 0
+        if calls > self._calls_seen and "call" not in kw:
+            kw["call"] = calls - 1
+        self._calls_seen = calls
         rec = StepRecord(step=len(self.steps), **kw)
         self.steps.append(rec)
         if self.on_step is not None:
@@ -250,6 +259,7 @@ class Benchmark(Protocol[TaskT]):
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]: ...
     def task_failure_values(self, task: TaskT) -> dict[str, float] | None: ...
     def config_warnings(self, agent: dict[str, Any]) -> list[str]: ...
+    def episode_reference(self, row: Row) -> str: ...
 
 
 class BenchmarkBase:
@@ -269,6 +279,8 @@ class BenchmarkBase:
     # What a planned episode without a scored result counts as, per metric, under
     # run.score_failures=as_wrong (engine/outcomes.py); unlisted metrics are over scored episodes.
     failure_values: dict[str, float] = {}
+    # Benchmark config fields that name data and may be Hugging Face hub ids (engine/hub.py).
+    data_paths: tuple[str, ...] = ()
     # Metrics that exist only when a judge ran (never produced from "nothing was graded").
     judge_metrics: tuple[str, ...] = ()
     metric_order: tuple[str, ...] = ()
@@ -308,11 +320,39 @@ class BenchmarkBase:
         printed wherever they appear (the summary, tables, the report); none by default."""
         return []
 
+    def episode_reference(self, row: Row) -> str:
+        """What an episode's output is compared with (the human article, the gold answer, the
+        reference report), for the episode viewer; "" when there is none."""
+        return ""
+
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
         """For each scored row (same order), ``{metric: value}`` for the metrics that are means of
         per-episode values; :mod:`engine.outcomes` takes the means over the plan (failures count
         as ``failure_values`` under as_wrong) and the report bootstraps the same values."""
         return [{} for _ in rows]
+
+
+def select_tasks(tasks: Sequence[TaskT], task_ids: Sequence[str] | None, limit: int | None,
+                 where: str) -> list[TaskT]:
+    """``benchmark.task_ids`` (these tasks only, in the data's order; an id the data lacks is a
+    ConfigError naming it), then ``benchmark.limit`` (the first N). Both decide a configuration's
+    task set (its plan), not its identity."""
+    from engine.errors import ConfigError
+
+    out = list(tasks)
+    if task_ids:
+        have = {t.task_id for t in out}
+        unknown = sorted(set(task_ids) - have)
+        if unknown:
+            # Hydra reads an unquoted 20230106_0 as the number 202301060 (underscores group digits)
+            mangled = {u: h for u in unknown if u.isdigit() for h in have if h.replace("_", "") == u}
+            hint = (f"; Hydra read {next(iter(mangled.values()))} as the number {next(iter(mangled))}: quote the ids, "
+                    f"e.g. 'benchmark.task_ids=[\"{next(iter(mangled.values()))}\"]'") if mangled else ""
+            raise ConfigError(f"benchmark.task_ids: no such tasks in {where}: {unknown[:10]}"
+                              + (f" (and {len(unknown) - 10} more)" if len(unknown) > 10 else "") + hint)
+        keep = set(task_ids)
+        out = [t for t in out if t.task_id in keep]
+    return out[:limit] if limit is not None else out
 
 
 def dumps(obj: Any) -> str:

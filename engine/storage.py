@@ -7,6 +7,9 @@
       judgements/part-*.parquet one row per judge call's result (episode, judge identity, key)
       plans/part-*.parquet      what each run planned per configuration (one row per episode):
                                 the denominator of its metrics (engine/outcomes.py)
+      calls/part-*.parquet      one row per model call of an episode or a judge (engine/transcripts.py):
+                                params, replica, latency, tokens, completion, its prompt as message ids
+      messages/part-*.parquet   each distinct prompt message once (id = hash of role and content)
       run-*.json                what each run did (counts, timings, uptime, prices)
       _staging/                 shards are written here, then renamed into place
 
@@ -78,6 +81,31 @@ EPISODE_FIELDS: list[pa.Field[Any]] = [
     pa.field("weights_id", pa.string()),     # engine.hosting.weights.weights_id (self-judging is decided by it)
 ]
 
+_CALL_FIELDS: list[pa.Field[Any]] = [
+    pa.field("episode_id", pa.string(), nullable=False),
+    pa.field("batch_id", pa.string(), nullable=False),     # the episode's (or the judgement's) batch
+    pa.field("purpose", pa.string()),        # episode | judge
+    pa.field("judge", pa.string()),          # judge id (judge calls)
+    pa.field("key", pa.string()),            # judgement key (judge calls)
+    pa.field("call", pa.int32()),            # position among the episode's (or judgement's) calls
+    pa.field("message_ids", pa.list_(pa.string())),
+    pa.field("completion", pa.string()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("error", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("replica", pa.int32()),
+    pa.field("endpoint", pa.string()),
+    pa.field("params", pa.string()),         # JSON: max_tokens, temperature, top_p, seed, constraints
+    pa.field("tokens_in", pa.int64()),
+    pa.field("tokens_out", pa.int64()),
+    pa.field("latency_s", pa.float64()),
+    pa.field("started_at", pa.timestamp("ms", tz="UTC")),
+]
+CALL_SCHEMA = pa.schema(_CALL_FIELDS)
+MESSAGE_SCHEMA = pa.schema([pa.field("message_id", pa.string(), nullable=False),
+                            pa.field("batch_id", pa.string(), nullable=False),
+                            pa.field("role", pa.string()), pa.field("content", pa.string())])
+
 _STEP_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
     pa.field("batch_id", pa.string(), nullable=False),
@@ -91,6 +119,7 @@ _STEP_FIELDS: list[pa.Field[Any]] = [
     pa.field("tokens_in", pa.int32()),
     pa.field("tokens_out", pa.int32()),
     pa.field("latency_s", pa.float64()),
+    pa.field("call", pa.int32()),            # the model call behind the step (calls.call), -1 if none
 ]
 STEP_SCHEMA = pa.schema(_STEP_FIELDS)
 
@@ -465,10 +494,15 @@ class _ShardedDir:
 
     # -- judgements ------------------------------------------------------------------------
     def write_judgements(self, rows: list[dict[str, Any]]) -> str:
-        """One shard of judge results (the judge stage flushes as it goes)."""
+        """One shard of judge results (the judge stage flushes as it goes); a row's ``_calls`` /
+        ``_messages`` (its transcript, engine/transcripts.py) go to the calls and messages tables."""
         if not rows:
             return ""
         batch_id = _batch_id()
+        calls = [c for r in rows for c in r.pop("_calls", [])]
+        messages = [m for r in rows for m in r.pop("_messages", {}).values()]
+        if calls and isinstance(self, EpisodeStore):
+            self._write_transcripts(batch_id, calls, messages)
         for r in rows:
             r["batch_id"] = batch_id
         self._write(pa.Table.from_pylist(rows, schema=JUDGEMENT_SCHEMA), "judgements", f"part-{batch_id}.parquet")
@@ -530,14 +564,15 @@ class _ShardedDir:
         return out
 
     def judgement_rows(self, columns: Sequence[str] | None = None, *, judge: str | None = None,
-                       ok: bool | None = None) -> list[dict[str, Any]]:
+                       ok: bool | None = None, episode_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Judgement rows as written (every attempt's summary, all judges), optionally only
         ``columns``, one ``judge``'s, only ok (``ok=True``) or failed (``ok=False``) rows.
         Compaction (:meth:`EpisodeStore.compact`) drops rows no reader can use."""
         flag = None if ok is None else (pc.field("ok") == True if ok  # noqa: E712
                                         else pc.field("ok").is_null() | (pc.field("ok") == False))  # noqa: E712
         cols = list(columns) if columns is not None else None
-        return self._read("judgements", JUDGEMENT_SCHEMA, cols, _and(_eq("judge", judge), flag)).to_pylist()
+        return self._read("judgements", JUDGEMENT_SCHEMA, cols, _and(_eq("judge", judge), flag,
+                                                                    _eq("episode_id", episode_ids))).to_pylist()
 
     def _judgements_keep(self, files: list[str]) -> pa.Array[Any]:
         """Rows of ``files`` compaction keeps: per (judge, episode, key) the best row (ok over
@@ -579,19 +614,22 @@ class StoredPlan:
 class EpisodeStore(_ShardedDir):
     """A run directory: episodes, steps, judgements and metrics of every config run into it.
     ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
-    SUBDIRS = ("episodes", "steps", "metrics", "judgements", "plans")
+    SUBDIRS = ("episodes", "steps", "metrics", "judgements", "plans", "calls", "messages")
 
     def _tables(self) -> list[tuple[str, pa.Schema]]:
         return [("episodes", self.schema), ("steps", STEP_SCHEMA), ("judgements", JUDGEMENT_SCHEMA),
-                ("plans", PLAN_SCHEMA)]
+                ("plans", PLAN_SCHEMA), ("calls", CALL_SCHEMA), ("messages", MESSAGE_SCHEMA)]
 
     def __init__(self, run_dir: str | Path, extra_fields: Iterable[pa.Field[Any]] = (), *,
                  filesystem: pafs.FileSystem | None = None, local_dir: str | Path | None = None) -> None:
         super().__init__(run_dir, filesystem=filesystem, local_dir=local_dir)
         self.schema = episode_schema(extra_fields)
 
-    def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]]) -> str:
-        """Write finished episodes and their steps as one flush; returns the batch id."""
+    def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]],
+                    calls: Sequence[dict[str, Any]] = (), messages: Iterable[dict[str, Any]] = ()) -> str:
+        """Write finished episodes, their steps and transcripts (``calls``, ``messages``) as one
+        flush, transcripts and steps first (an episode exists once its row does); returns the
+        batch id."""
         if not episodes:
             return ""
         batch_id = _batch_id()
@@ -600,9 +638,47 @@ class EpisodeStore(_ShardedDir):
             r["batch_id"] = batch_id
         for s in steps:
             s["batch_id"] = batch_id
+        self._write_transcripts(batch_id, calls, messages)
         self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)
         self._write(pa.Table.from_pylist(episodes, schema=self.schema), "episodes", name)
         return batch_id
+
+    def _write_transcripts(self, batch_id: str, calls: Sequence[dict[str, Any]],
+                           messages: Iterable[dict[str, Any]]) -> None:
+        """The calls of one batch, and the messages they refer to that this store object has not
+        written yet (readers deduplicate by id, so a message written twice costs only bytes)."""
+        if not calls:
+            return
+        name = f"part-{batch_id}.parquet"
+        written = self.__dict__.setdefault("_messages_written", set())
+        new = {}
+        for m in messages:
+            if m["message_id"] not in written and m["message_id"] not in new:
+                new[m["message_id"]] = {**m, "batch_id": batch_id}
+        if new:
+            self._write(pa.Table.from_pylist(list(new.values()), schema=MESSAGE_SCHEMA), "messages", name)
+            written |= set(new)
+        self._write(pa.Table.from_pylist([{**c, "batch_id": batch_id} for c in calls], schema=CALL_SCHEMA),
+                    "calls", name)
+
+    def calls(self, episode_ids: Iterable[str], purpose: str | None = None) -> list[dict[str, Any]]:
+        """The model calls of these episodes: an episode's own (of the batch of its stored row) and
+        its judges' (every judgement batch), in order."""
+        ids = list(episode_ids)
+        winners = self.episodes(["episode_id", "batch_id"], episode_ids=ids)
+        won = {(r["episode_id"], r["batch_id"]) for r in winners.to_pylist()}
+        t = self._read("calls", CALL_SCHEMA, None, _and(_eq("episode_id", ids), _eq("purpose", purpose)))
+        out = [r for r in t.to_pylist() if r["purpose"] != "episode" or (r["episode_id"], r["batch_id"]) in won]
+        return sorted(out, key=lambda r: (r["episode_id"], r["purpose"] != "episode", r["judge"] or "", r["key"] or "",
+                                          r["batch_id"], r["call"]))
+
+    def messages(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """``{message_id: {"role", "content"}}`` for these ids (found ones)."""
+        want = list(dict.fromkeys(ids))
+        if not want:
+            return {}
+        t = self._read("messages", MESSAGE_SCHEMA, ["message_id", "role", "content"], _eq("message_id", want))
+        return {r["message_id"]: r for r in t.to_pylist()}
 
     def write_plan(self, config_hash: str, planned: Sequence[tuple[str, str, int, str]], task_set: str,
                    score_failures: str, evaluation: str) -> bool:
@@ -723,6 +799,22 @@ class EpisodeStore(_ShardedDir):
         self._compact("episodes", self.schema, self._episodes_keep)
         self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
         self._compact("plans", PLAN_SCHEMA, self._plans_keep)
+        self._compact("messages", MESSAGE_SCHEMA, self._messages_keep)
+        self._compact("calls", CALL_SCHEMA, self._calls_keep)
+
+    def _messages_keep(self, files: list[str]) -> pa.Array[Any]:
+        """One row per message id."""
+        t = self._read("messages", MESSAGE_SCHEMA, ["message_id"], files=files)
+        return _pick(t, ["message_id"])
+
+    def _calls_keep(self, files: list[str]) -> pa.Array[Any]:
+        """An episode's calls of its stored row's batch, and every judge call."""
+        winners = self.episodes(["episode_id", "batch_id"])
+        t = self._read("calls", CALL_SCHEMA, ["episode_id", "batch_id", "purpose"], files=files)
+        won = pc.is_in(_pair(t["episode_id"], t["batch_id"]),
+                       value_set=_pair(winners["episode_id"], winners["batch_id"]).combine_chunks())
+        judge = np.asarray(pc.not_equal(t["purpose"], pa.scalar("episode")).fill_null(True))
+        return _sorted_unique(np.flatnonzero(judge | np.asarray(won)))
 
     def _plans_keep(self, files: list[str]) -> pa.Array[Any]:
         """The rows of each configuration's newest plan."""

@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -72,11 +73,13 @@ class AsyncLocalIndex:
 class IndexService:
     """Body of the index actor (decorated with ray.remote by :func:`start_index_service`)."""
 
-    def __init__(self, docs: Sequence[Document], model_name: str, device: str, batch_size: int,
+    def __init__(self, docs: Sequence[Document] | CorpusSource, model_name: str, device: str, batch_size: int,
                  cache_dir: str | None) -> None:
         logging.basicConfig(level=logging.INFO)
         for name in ("faiss.loader", "sentence_transformers", "httpx"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        if isinstance(docs, CorpusSource):       # the actor loads its corpus itself (a restart too)
+            docs = docs.load()
         embedder = Embedder(model_name, "cpu" if device == "cpu" else "auto", batch_size)
         self.local = LocalIndex(docs, embedder, cache_dir, device=device)
         self._queue: asyncio.Queue[tuple[str, Any, asyncio.Future[Any]]] | None = None
@@ -178,7 +181,20 @@ class RemoteIndex:
         return vectors
 
 
-def start_index_service(docs: Sequence[Document], model_name: str, device: str, batch_size: int,
+@dataclass(frozen=True)
+class CorpusSource:
+    """Where an index actor gets its documents: ``loader(*args)`` (e.g. a benchmark's
+    ``corpus`` and its config), run in the actor, so the documents never go through the object
+    store (Ray warns about restartable actors whose arguments live there) and a restarted actor
+    loads them again. The data must be readable where the actor runs, as it is for services."""
+    loader: Any
+    args: tuple[Any, ...] = ()
+
+    def load(self) -> list[Document]:
+        return list(self.loader(*self.args))
+
+
+def start_index_service(docs: Sequence[Document] | CorpusSource, model_name: str, device: str, batch_size: int,
                         cache_dir: str | None, num_cpus: float, num_gpus: float,
                         resources: dict[str, float] | None = None) -> Any:
     """The index actor, with ``num_cpus``/``num_gpus`` and custom ``resources`` (index.resources).
@@ -195,9 +211,16 @@ def start_index_service(docs: Sequence[Document], model_name: str, device: str, 
                                "max_restarts": -1, "max_task_retries": -1}
     if not num_gpus:
         options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}   # merged into the job's env_vars
+    from engine.actors import remember, unique_name
+
+    options["name"] = unique_name("index")      # workers find it by name (engine.actors)
+    if isinstance(docs, CorpusSource):
+        return remember(actor_cls.options(**options).remote(docs, model_name, device, batch_size, cache_dir),
+                        options["name"])
     docs_ref = ray.put(list(docs))         # held by the driver: a restart rebuilds from it
     _CONSTRUCTOR_ARGS.append(docs_ref)
-    return actor_cls.options(**options).remote(docs_ref, model_name, device, batch_size, cache_dir)
+    return remember(actor_cls.options(**options).remote(docs_ref, model_name, device, batch_size, cache_dir),
+                    options["name"])
 
 
 _CONSTRUCTOR_ARGS: list[Any] = []

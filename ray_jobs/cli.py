@@ -1,99 +1,245 @@
-"""``dateline`` command: ``run``, ``estimate`` and ``pairwise`` (Hydra overrides follow), ``report``, ``metrics``,
-``tables``, ``convert-realtimeqa``, ``analyst-checklists`` (Hydra overrides follow)."""
+"""The ``dateline`` command: subcommands on argparse, each with its own ``--help``.
+
+``run``, ``estimate``, ``pairwise`` and ``analyst-checklists`` take Hydra overrides
+(``GROUP=OPTION``, ``FIELD=VALUE``, ``-m`` for a sweep); ``dateline run --help`` lists the
+user-facing config groups, their options and every field with its description. ``metrics``,
+``tables``, ``report`` and ``show`` read a run dir and never create anything where there is none.
+Results go to stdout, logs to stderr (``--log-level``); a ConfigError or DataError prints one
+line naming the field or file and exits with status 2.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
 import sys
 from typing import Any, Callable
 
-USAGE = """usage:
-  dateline run [hydra overrides ...]        run a benchmark (e.g. benchmark=newsagent model=local_cpu)
-  dateline estimate [--tasks N] [hydra overrides ...]
-                                            run a pilot of N tasks (default 3) per configuration (-m:
-                                            per sweep point) into RUN_DIR/_pilot, print the projected
-                                            tokens, time and cost of the full run
-  dateline metrics RUN_DIR BENCHMARK [judge=J] [score_failures=as_wrong|exclude]
-                                            recompute the metrics table from a run's Parquet, one set
-                                            per judge (judge=J keeps one: id, id prefix or model name);
-                                            failures count as each plan's run.score_failures said
-                                            unless score_failures= is given
-  dateline tables RUN_DIR [BENCHMARK] [--all-tasks]
-                                            the benchmark's paper-layout tables (Markdown) from its
-                                            metrics, one set per judge: compared configurations on
-                                            the tasks all of them finished (--all-tasks: each over
-                                            its own plan), with the counts each number is over
-  dateline pairwise [hydra overrides ...]   judge finished runs two at a time (conf/pairwise.yaml),
-                                            e.g. runs=[runs/a,runs/b] out=runs/pairwise both_orders=true
-  dateline report PATH... [--out DIR]       HTML + Markdown report (intervals, plots, cost) of run
-                                            and pairwise directories; --help for options
-  dateline repair RUN_DIR [--dry-run]       move shards that cannot be read (run dir or pairwise dir)
-                                            into RUN_DIR/_corrupt/; no other row is touched
-  dateline convert-realtimeqa SRC OUT       RealTimeQA dumps -> newsagent dataset folder
-  dateline analyst-checklists [hydra overrides ...]
-                                            build the missing analyst checklists (one per task, fixed
-                                            for every system and judge) with the configured judge
-"""
+HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
+
+
+class CliError(Exception):
+    """A command-line mistake: one line on stderr, exit status 2."""
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("dateline")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dateline", description="Distributed batch evaluation of search-and-write LLM "
+                                "agents (newsagent, livenews, analyst). `dateline COMMAND --help` for each command.")
+    p.add_argument("--version", action="version", version=f"dateline {version()}")
+    p.add_argument("--log-level", default=os.environ.get("DATELINE_LOG_LEVEL", "INFO"),
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="logs on stderr from this level (default INFO)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def hydra_cmd(name: str, help_: str, extra: Callable[[argparse.ArgumentParser], Any] | None = None) -> None:
+        c = sub.add_parser(name, help=help_, description=help_, add_help=False)
+        c.add_argument("-h", "--help", action="store_true", help="the config groups, options and fields")
+        if extra:
+            extra(c)
+        c.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides: GROUP=OPTION, FIELD=VALUE, -m")
+
+    hydra_cmd("run", "run a benchmark: generate what is missing, judge, reduce metrics (e.g. benchmark=livenews "
+              "agent=livenews); exit status 1 when an episode failed (run.fail_on_error) or the run stopped at "
+              "run.max_failures")
+    hydra_cmd("estimate", "run a pilot of --tasks N tasks per configuration (-m: per sweep point) into RUN_DIR/_pilot "
+              "and print the projected tokens, time and cost of the full run",
+              lambda c: c.add_argument("--tasks", type=int, default=3, help="pilot tasks per configuration (default 3)"))
+    hydra_cmd("pairwise", "judge finished runs two at a time (conf/pairwise.yaml), e.g. runs=[runs/a,runs/b] "
+              "out=runs/pairwise both_orders=true")
+    hydra_cmd("analyst-checklists", "build the missing analyst checklists (one per task, fixed for every system and "
+              "judge) with the configured judge")
+
+    m = sub.add_parser("metrics", help="recompute a run dir's metrics table (one set per judge) and print it",
+                       description="Recompute the metrics table of RUN_DIR from its Parquet, one set per judge.")
+    m.add_argument("run_dir")
+    m.add_argument("benchmark")
+    m.add_argument("--judge", help="keep one judge: its id, an id prefix or its model name")
+    m.add_argument("--score-failures", choices=("as_wrong", "exclude"),
+                   help="what planned episodes without a scored result count as (default: each plan's)")
+    m.add_argument("legacy", nargs="*", help=argparse.SUPPRESS)        # judge=J score_failures=X, as before
+
+    t = sub.add_parser("tables", help="the benchmarks' paper-layout tables (Markdown) from a run dir's metrics",
+                       description="Paper-layout tables from RUN_DIR's metrics, one set per judge: compared "
+                                   "configurations on the tasks all of them finished, with the counts each number "
+                                   "is over.")
+    t.add_argument("run_dir")
+    t.add_argument("benchmark", nargs="?")
+    t.add_argument("--all-tasks", action="store_true", help="each configuration over its own plan")
+
+    r = sub.add_parser("report", help="HTML + Markdown report of run and pairwise dirs (see `dateline report --help`)",
+                       add_help=False)
+    r.add_argument("args", nargs=argparse.REMAINDER)
+
+    sh = sub.add_parser("show", help="list a run dir's episodes, or print one episode's transcript",
+                        description="Without EPISODE: the episodes of RUN_DIR. With EPISODE (an id or a prefix): its "
+                                    "transcript, every model call turn by turn with the tool results, the final "
+                                    "output next to the reference, its metrics and the judges' verdicts.")
+    sh.add_argument("run_dir")
+    sh.add_argument("episode", nargs="?", help="an episode id (or a prefix of one), or a task id")
+    sh.add_argument("--full", action="store_true", help="whole messages (default: long ones cut in the middle)")
+    sh.add_argument("--status", help="list only episodes with this status (ok, error, budget_exhausted)")
+    sh.add_argument("--config", help="only this configuration (a config hash prefix): in the list, or to pick a task's episode")
+
+    rp = sub.add_parser("repair", help="move shards that cannot be read into RUN_DIR/_corrupt/ (no other row touched)")
+    rp.add_argument("run_dir")
+    rp.add_argument("--dry-run", action="store_true", help="only say which")
+
+    ex = sub.add_parser("export", help="log a run dir to MLflow or W&B: params, metrics with intervals, transcripts",
+                        description="Log each configuration of RUN_DIR as a run of an experiment tracker: its "
+                                    "parameters, its metrics (with 95% intervals and counts) and the transcripts "
+                                    "table as an artifact.")
+    ex.add_argument("run_dir")
+    ex.add_argument("--to", required=True, choices=("mlflow", "wandb"))
+    ex.add_argument("--experiment", default="dateline", help="experiment (MLflow) or project (W&B) name")
+    ex.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlruns)")
+    ex.add_argument("--dir", help="where W&B puts its wandb/ folder (default: the current directory); WANDB_MODE is honoured")
+
+    cv = sub.add_parser("convert-realtimeqa", help="RealTimeQA dumps -> a newsagent dataset folder", add_help=False)
+    cv.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def _split_hydra(argv: list[str]) -> tuple[list[str], list[str]] | None:
+    """For a Hydra command: (what argparse parses: global options, the command and its own
+    options), (the Hydra overrides, in order, ``-m`` included); None for other commands. argparse
+    would take an override that starts with ``-`` (``-m``, ``--multirun``) after an option for an
+    option of its own."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] == "--log-level" else 1
+    if i >= len(argv) or argv[i] not in HYDRA_COMMANDS:
+        return None
+    cmd, own, overrides = argv[i], [], []
+    rest = iter(argv[i + 1:])
+    for t in rest:
+        if t in ("-h", "--help") or (cmd == "estimate" and t.startswith("--tasks=")):
+            own.append(t)
+        elif cmd == "estimate" and t == "--tasks":
+            own += [t, next(rest, "")]
+        else:
+            overrides.append(t)
+    return argv[:i + 1] + own, overrides
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write(USAGE)
+    p = parser()
+    split = _split_hydra(argv)
+    if split is None:
+        a = p.parse_args(argv)
+    else:
+        a = p.parse_args(split[0])
+        a.overrides = split[1]
+    _logging(a.log_level)
+    try:
+        return _dispatch(a)
+    except CliError as e:
+        sys.stderr.write(f"dateline {a.command}: {e}\n")
+        return 2
+    except Exception as e:        # dateline's own errors say what to fix in one line
+        from engine.errors import ConfigError, DataError
+        from engine.runlock import RunDirLocked
+
+        if isinstance(e, (ConfigError, DataError, RunDirLocked)):
+            sys.stderr.write(f"dateline {a.command}: {type(e).__name__}: {e}\n")
+            return 2
+        raise
+
+
+def _logging(level: str) -> None:
+    os.environ["DATELINE_LOG_LEVEL"] = level
+    # no colour codes in redirected output (Ray colours its workers' log prefixes)
+    if not sys.stderr.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    logging.basicConfig(level=getattr(logging, level), format="[%(asctime)s %(name)s] %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+
+
+def _dispatch(a: argparse.Namespace) -> int:
+    cmd = a.command
+    if cmd in HYDRA_COMMANDS:
+        overrides = list(a.overrides)
+        if a.help or "--help" in overrides or "-h" in overrides:
+            from ray_jobs.configs import config_help
+
+            sys.stdout.write(config_help("pairwise" if cmd == "pairwise" else "config",
+                                         [o for o in overrides if o not in ("-h", "--help")], f"dateline {cmd}"))
+            return 0
+        if cmd == "run":
+            from ray_jobs.run import hydra_entry
+
+            return _hydra(hydra_entry, overrides)
+        if cmd == "estimate":
+            from ray_jobs.estimate import main as estimate_main
+
+            return estimate_main([f"--tasks={a.tasks}", *overrides])
+        if cmd == "pairwise":
+            from ray_jobs.pairwise import hydra_entry as pairwise_entry
+
+            return _hydra(pairwise_entry, overrides)
+        from ray_jobs.configs import hydra_main
+
+        given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+        sys.argv = [sys.argv[0], *[f"{g}=analyst" for g in ("benchmark", "agent") if g not in given], *overrides]
+        hydra_main("config", analyst_checklists)
         return 0
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "run":
-        from ray_jobs.run import hydra_entry
-
-        return _hydra(hydra_entry, rest)
-    if cmd == "estimate":
-        from ray_jobs.estimate import main as estimate_main
-
-        return estimate_main(rest)
     if cmd == "metrics":
-        return metrics(rest)
-    if cmd == "pairwise":
-        from ray_jobs.pairwise import hydra_entry as pairwise_entry
-
-        return _hydra(pairwise_entry, rest)
+        return metrics(a)
+    if cmd == "tables":
+        return tables(a.run_dir, a.benchmark, a.all_tasks)
     if cmd == "report":
         from ray_jobs.report import main as report_main
 
-        return report_main(rest)
-    if cmd == "tables":
-        all_tasks = "--all-tasks" in rest
-        rest = [a for a in rest if a != "--all-tasks"]
-        if len(rest) not in (1, 2):
-            sys.stderr.write(USAGE)
-            return 2
-        return tables(rest[0], rest[1] if len(rest) == 2 else None, all_tasks)
-    if cmd == "analyst-checklists":
-        from ray_jobs.configs import hydra_main
-
-        given = {a.split("=", 1)[0].lstrip("+~") for a in rest if "=" in a}
-        sys.argv = [sys.argv[0], *[f"{g}=analyst" for g in ("benchmark", "agent") if g not in given], *rest]
-        hydra_main("config", analyst_checklists)
-        return 0
+        return report_main(a.args)
+    if cmd == "show":
+        return show(a)
     if cmd == "repair":
-        return repair(rest)
+        return repair(a.run_dir, a.dry_run)
+    if cmd == "export":
+        from ray_jobs.export import export
+
+        for line in export(a.run_dir, a.to, a.experiment, tracking_uri=a.tracking_uri, wandb_dir=a.dir):
+            sys.stdout.write(line + "\n")
+        return 0
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 
-        return realtimeqa.main(rest)          # its exit code: 2 on bad data
-    sys.stderr.write(f"unknown command {cmd!r}\n{USAGE}")
-    return 2
+        return realtimeqa.main(a.args)          # its exit code: 2 on bad data
+    raise CliError(f"unknown command {cmd!r}")
 
 
 def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
     """Run a Hydra entry point on these overrides (Hydra reads them from ``sys.argv``)."""
     sys.argv = [sys.argv[0], *overrides]
-    entry()
+    try:
+        entry()
+    except SystemExit as e:             # the run's honest exit status (ray_jobs.run.exit_code)
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
     return 0
 
 
-def metrics(rest: list[str]) -> int:
-    """``dateline metrics RUN_DIR BENCHMARK [judge=J]``: recompute and print a run's metrics table."""
+def _require_run_dir(path: str, table: str = "episodes") -> None:
+    """Read-only commands look before they touch: nothing is created at a wrong path."""
+    from engine.storage import is_run_dir
+
+    if not is_run_dir(path, table):
+        raise CliError(f"no run dir at {path} (no {table}/ folder there)")
+
+
+def metrics(a: argparse.Namespace) -> int:
+    """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: recompute and print
+    a run's metrics table."""
     from engine.benchmarks import get_benchmark
-    from engine.config import SCORE_FAILURES
     from engine.judges import SELF_JUDGED
     from engine.outcomes import n_cell
     from engine.progress import table
@@ -101,15 +247,20 @@ def metrics(rest: list[str]) -> int:
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
 
-    judge = [x[6:] for x in rest[2:] if x.startswith("judge=")]
-    policy = [x.split("=", 1)[1] for x in rest[2:] if x.startswith("score_failures=")]
-    if len(rest) != 2 + len(judge) + len(policy) or len(judge) > 1 or len(policy) > 1 \
-            or any(p not in SCORE_FAILURES for p in policy):
-        sys.stderr.write(USAGE)
-        return 2
-    store = EpisodeStore(rest[0], get_benchmark(rest[1]).episode_fields)
-    with RunDirLock(rest[0], "dateline metrics"):        # it writes the metrics table
-        rows = reduce_metrics(store, rest[1], judge[0] if judge else None, policy[0] if policy else None)
+    judge, policy = a.judge, a.score_failures
+    for x in a.legacy:                  # the older judge=J / score_failures=X forms
+        k, _, v = x.partition("=")
+        if k == "judge" and v:
+            judge = v
+        elif k == "score_failures" and v in ("as_wrong", "exclude"):
+            policy = v
+        else:
+            raise CliError(f"unexpected argument {x!r} (see dateline metrics --help)")
+    _require_run_dir(a.run_dir)
+    bench = get_benchmark(a.benchmark)
+    store = EpisodeStore(a.run_dir, bench.episode_fields)
+    with RunDirLock(a.run_dir, "dateline metrics"):        # it writes the metrics table
+        rows = reduce_metrics(store, a.benchmark, judge, policy)
     mine = [r for r in rows if r.get("scope") == "all"]
     sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n", "scored/planned"],
                            [(r["model"], r["config_hash"],
@@ -123,21 +274,61 @@ def metrics(rest: list[str]) -> int:
     return 0
 
 
-def repair(rest: list[str]) -> int:
+def show(a: argparse.Namespace) -> int:
+    """``dateline show RUN_DIR [EPISODE]``: the episodes, or one episode's transcript."""
+    from engine.benchmarks import get_benchmark
+    from engine.progress import table
+    from engine.storage import EpisodeStore
+    from ray_jobs.report import episodes as ev
+
+    _require_run_dir(a.run_dir)
+    store = EpisodeStore(a.run_dir)
+    if a.episode:
+        ids = ev.find(store, a.episode)
+        by_task = False
+        if not ids:                 # a task id: its one episode (or the list of them)
+            cands = store.episodes(["episode_id", "task_id", "config_hash"]).to_pylist()
+            ids = sorted(r["episode_id"] for r in cands if r["task_id"] == a.episode
+                         and (not a.config or str(r["config_hash"]).startswith(a.config)))
+            by_task = True
+        if not ids:
+            raise CliError(f"no episode or task {a.episode!r} in {a.run_dir}")
+        if len(ids) > 1:
+            what = "task" if by_task else "prefix"
+            raise CliError(f"{what} {a.episode!r} matches {len(ids)} episodes ({', '.join(i[:12] for i in ids[:5])}"
+                           f"{' ...' if len(ids) > 5 else ''}): give an episode id"
+                           + (" or --config" if by_task else " (more of it)"))
+        (row,) = store.episodes(["benchmark"], episode_ids=ids).to_pylist()
+        bench = get_benchmark(row["benchmark"])
+        view = ev.load(EpisodeStore(a.run_dir, bench.episode_fields), bench, ids[0])
+        sys.stdout.write(ev.render_text(view, 0 if a.full else 2000))
+        return 0
+    if a.full:
+        raise CliError("--full applies to one episode's transcript: give EPISODE")
+    t = store.episodes(["episode_id", "config_hash", "model", "task_id", "seed", "status", "finish_reason", "n_steps",
+                        "tokens_in", "tokens_out", "error"])
+    rows = [r for r in t.to_pylist() if (not a.status or r["status"] == a.status)
+            and (not a.config or str(r["config_hash"]).startswith(a.config))]
+    from engine.outcomes import error_kind
+
+    sys.stdout.write(table(["episode", "config", "model", "task", "seed", "status", "finish", "steps", "tokens",
+                            "error kind"],
+                           [(r["episode_id"][:16], r["config_hash"][:8], r["model"], r["task_id"], r["seed"],
+                             r["status"], r["finish_reason"], r["n_steps"], f"{r['tokens_in']}+{r['tokens_out']}",
+                             error_kind(r) if r["status"] != "ok" else "")
+                            for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
+    sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
+    return 0
+
+
+def repair(root: str, dry: bool) -> int:
     """``dateline repair RUN_DIR [--dry-run]``: move every shard that cannot be read aside."""
     from engine.runlock import RunDirLock
     from engine.storage import EpisodeStore, PairwiseStore, is_run_dir
 
-    dry = "--dry-run" in rest
-    args = [a for a in rest if a != "--dry-run"]
-    if len(args) != 1:
-        sys.stderr.write(USAGE)
-        return 2
-    root = args[0]
     pairwise = is_run_dir(root, "comparisons")
     if not pairwise and not is_run_dir(root):
-        sys.stderr.write(f"dateline repair: no run dir at {root} (no episodes/ or comparisons/ folder)\n")
-        return 2
+        raise CliError(f"no run dir at {root} (no episodes/ or comparisons/ folder)")
     with RunDirLock(root, "dateline repair"):
         store = PairwiseStore(root) if pairwise else EpisodeStore(root)
         moved = store.repair(dry_run=dry)
@@ -189,8 +380,6 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
     """Print (and write next to the metrics, as tables.md) every table the benchmarks of a run
     directory define, from its metrics Parquet: one set per judge, compared configurations on the
     tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked."""
-    from pathlib import Path
-
     import json
 
     from engine.benchmarks import get_benchmark
@@ -198,6 +387,7 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
     from engine.outcomes import table_rows
     from engine.storage import EpisodeStore
 
+    _require_run_dir(run_dir)
     store = EpisodeStore(run_dir)
     rows = store.metrics().to_pylist()
     names = [benchmark] if benchmark else sorted({r["benchmark"] for r in rows})
@@ -219,7 +409,7 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
             for title, md in get_benchmark(name).tables(these).items():
                 out.append(f"## {name} {title}{by}\n\n{warn}{md}\n{below}")
     text = "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"
-    (Path(run_dir) / "metrics" / "tables.md").write_text(text)
+    store.write_text("metrics/tables.md", text)
     sys.stdout.write(text)
     return 0
 

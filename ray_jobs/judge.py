@@ -22,6 +22,7 @@ from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
+from engine import transcripts
 from engine.judges import JudgeIdentity, evaluation_settings, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import Benchmark, JudgeRequest
@@ -147,6 +148,9 @@ class JudgeCaller:
                 stats["retried"] += attempt < j.max_attempts
         finally:
             client.close()                  # no longer counts toward its replica's load
+        # the judge's own transcript (its prompts and answers, every attempt), with the judgement
+        row["_calls"], row["_messages"] = transcripts.rows(client.calls, req.episode_id, "judge", self.judge.id,
+                                                           req.key)
         stats["ok" if row["ok"] else "failed"] += 1
         stats["tokens_in"] += row["tokens_in"]
         stats["tokens_out"] += row["tokens_out"]

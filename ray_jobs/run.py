@@ -67,7 +67,7 @@ def episode_relevant(cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
     """The benchmark config as far as it decides an episode's result: not the task limit (it
     picks tasks) and not the fields the benchmark lists in ``evaluation_fields`` (they change
     only how finished episodes are judged), so changing those never re-runs episodes."""
-    drop = {"limit", *bench.evaluation_fields}
+    drop = {"limit", "task_ids", "dataset", *bench.evaluation_fields}
     return {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
 
 
@@ -339,16 +339,74 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         info["model"] = to_plain(p.cfg.model)
         info["judge_config"] = to_plain(p.cfg.judge)
         info.setdefault("replica_seconds_run", 0.0)
+        info["failures"] = failures(p)
         p.store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.plan.config_hash[:6]}.json", info)
         model = p.cfg.model.name if p.uses_model else "none"
-        sys.stderr.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
-        sys.stderr.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
+        out = sys.stdout                     # results on stdout, logs on stderr
+        out.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
+        out.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
         for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
-            sys.stderr.write(f"**{w}**\n")
-        sys.stderr.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
-                         f"{info.get('episodes_planned', 0)} run; model starts this session: "
-                         f"{session.model_starts})\n")
+            out.write(f"**{w}**\n")
+        if info["failures"]["kinds"]:
+            out.write(failure_summary(info["failures"]) + "\n")
+        out.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
+                  f"{info.get('episodes_planned', 0)} run; model starts this session: {session.model_starts})\n")
+        out.flush()
     return [points[k].info for k in order]
+
+
+def failures(p: Point) -> dict[str, Any]:
+    """The episodes of a point's plan without a scored result, by kind (engine.outcomes.error_kind):
+    a count and one example each; and whether the run stopped at run.max_failures."""
+    planned = {s.episode_id for s in p.plan.specs}
+    rows = p.store.episodes(["episode_id", "status", "error", "task_id"], config_hash=p.plan.config_hash,
+                            filter=pc.field("status") != "ok").to_pylist()
+    kinds: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["episode_id"] not in planned:
+            continue
+        k = kinds.setdefault(outcomes.error_kind(r), {"count": 0, "status": r["status"], "example": "", "task": ""})
+        k["count"] += 1
+        if not k["example"]:
+            k["example"] = (r["error"] or "").splitlines()[0][:300] if r["error"] else r["status"]
+            k["task"] = r["task_id"]
+    errors = sum(k["count"] for k in kinds.values() if k["status"] == "error")
+    return {"kinds": kinds, "errors": errors, "planned": len(planned),
+            "stopped_at_max_failures": p.info.get("stopped_at_max_failures", 0)}
+
+
+def failure_summary(f: dict[str, Any]) -> str:
+    """The failures of a configuration: each kind with its count and one example, then how to
+    run them again."""
+    lines = [f"FAILURES: {sum(k['count'] for k in f['kinds'].values())} of {f['planned']} planned episodes have no "
+             "scored result:"]
+    for kind, k in sorted(f["kinds"].items(), key=lambda kv: -kv[1]["count"]):
+        lines.append(f"  {k['count']} x {kind}, e.g. task {k['task']}: {k['example']}")
+    if f.get("stopped_at_max_failures"):
+        lines.append(f"  the run stopped at run.max_failures={f['stopped_at_max_failures']}")
+    if f["errors"]:
+        lines.append("  re-run the failed ones with the same command and run.retry_failed=true "
+                     "(dateline show RUN_DIR EPISODE shows what one did)")
+    if any(k["status"] == "budget_exhausted" for k in f["kinds"].values()):
+        lines.append("  budget-stopped ones run again with a larger run.budget.*")
+    return "\n".join(lines)
+
+
+def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str]:
+    """The run's exit status and its one-line reason: 1 when a configuration that must not have
+    errors (run.fail_on_error) has some, or the run stopped at run.max_failures; else 0."""
+    bad = []
+    for cfg, info in zip(cfgs, infos):
+        f = info.get("failures") or {}
+        if f.get("stopped_at_max_failures"):
+            bad.append(f"stopped at run.max_failures={f['stopped_at_max_failures']}")
+        elif f.get("errors") and cfg.run.fail_on_error:
+            kinds = "; ".join(f"{k['count']} x {kind}" for kind, k in f["kinds"].items() if k["status"] == "error")
+            bad.append(f"{f['errors']} of {f['planned']} episodes failed ({kinds})")
+    if not bad:
+        return 0, ""
+    return 1, ("dateline run: " + "; ".join(dict.fromkeys(bad)) + ". Re-run them with run.retry_failed=true; "
+               "run.fail_on_error=false keeps exit status 0 when failures are expected")
 
 
 def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Session) -> None:
@@ -542,7 +600,9 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
         by_key.update({p.key: p for p in pts})
     pending: dict[Any, tuple[str, int, EpisodeSpec]] = {}
     attempts: dict[str, int] = defaultdict(int)
-    bufs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = defaultdict(lambda: ([], []))
+    # per point: finished episodes, their steps, their model calls and the messages those refer to
+    Buf = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]
+    bufs: dict[str, Buf] = defaultdict(lambda: ([], [], [], {}))
     stores = {p.key: p.store for p in by_key.values()}
     stats = {k: {"failures": 0, "requeued": 0, "steps": 0, "tokens_in": 0, "tokens_out": 0} for k in by_key}
     progress = Progress(sum(len(q) for q in queues.values()), all(p.cfg.run.progress for p in by_key.values()))
@@ -573,11 +633,11 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     write_errors: dict[str, str] = {}
 
     def flush(final: bool = False) -> None:
-        for k, (eps, steps) in list(bufs.items()):
+        for k, (eps, steps, calls, messages) in list(bufs.items()):
             if not eps:
                 continue
             try:
-                stores[k].write_batch(eps, steps)
+                stores[k].write_batch(eps, steps, calls, messages.values())
             except OSError as e:        # a full disk, a lost mount: the rows stay here, the next flush retries
                 if k not in write_errors:
                     log.error("could not write %d episodes to %s (%s: %s); kept in memory, retrying",
@@ -590,7 +650,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                         "command: these episodes run again.") from e
                 continue
             write_errors.pop(k, None)
-            bufs[k] = ([], [])
+            bufs[k] = ([], [], [], {})
 
     for g, ws in workers.items():
         for _ in range(groups[g][0].cfg.cluster.episodes_per_worker):
@@ -655,6 +715,8 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 row = res["episode"]
                 bufs[p.key][0].append(row)
                 bufs[p.key][1].extend(res["steps"])
+                bufs[p.key][2].extend(res.get("calls", ()))
+                bufs[p.key][3].update(res.get("messages", {}))
                 progress.update(row)
                 st = stats[p.key]
                 st["steps"] += row["n_steps"]
@@ -667,6 +729,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 if mf and st["failures"] >= mf and any(s.point == p.key for s in queues[g]):
                     log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",
                               st["failures"], p.key[:6])
+                    p.info["stopped_at_max_failures"] = mf
                     drop(g, p.key, "", None)
                 submit(g, w)
             if time.monotonic() - last_flush >= flush_s or not pending:
@@ -755,10 +818,19 @@ def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
 def hydra_entry() -> None:
     """``dateline run``: Hydra composes every point of a sweep (``-m``) first, then the sweep runs
     as one job (:func:`run_sweep`), so a typo in any point fails before anything starts."""
-    from ray_jobs.configs import hydra_main
+    from ray_jobs.configs import config_help, hydra_main
 
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):        # dateline's help, not Hydra's
+        sys.stdout.write(config_help("config", [a for a in sys.argv[1:] if a not in ("-h", "--help")], "dateline run"))
+        return
     cfgs: list[Config] = []
-    hydra_main("config", lambda cfg, session: cfgs.append(cfg), after=lambda session: run_sweep(cfgs, session))
+    infos: list[dict[str, Any]] = []
+    hydra_main("config", lambda cfg, session: cfgs.append(cfg),
+               after=lambda session: infos.extend(run_sweep(cfgs, session)))
+    code, why = exit_code(cfgs, infos)
+    if code:
+        sys.stderr.write(why + "\n")
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,12 @@ def ray_auth_mode(c: ClusterConfig, job: bool = False) -> str:
                         "can run code on it")
         return str(c.ray_auth_mode)
     return os.environ.get("RAY_AUTH_MODE") or ("disabled" if local else "token")
+
+
+def _corpus(benchmark: str, cfg: Config) -> list[Any]:
+    from engine.benchmarks import get_benchmark
+
+    return get_benchmark(benchmark).corpus(cfg)
 
 
 class Session:
@@ -94,6 +101,8 @@ class Session:
                 address = "auto"
         if env_vars:
             runtime_env["env_vars"] = env_vars
+        if not sys.stderr.isatty():      # no colour codes in workers' log lines when redirected (CLI or API)
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")
         if address:
             ray.init(address=address, runtime_env=runtime_env or None, log_to_driver=True)
         else:
@@ -160,14 +169,14 @@ class Session:
     # -- index and services ------------------------------------------------------------------
     def index(self, cfg: Config, bench: Benchmark[Any]) -> Any | None:
         """The shared FAISS index actor over the benchmark's corpus (None when it has none)."""
-        from indexes.service import start_index_service
+        from indexes.service import CorpusSource, start_index_service
 
         key = stable_hash(to_plain(cfg.benchmark) | {"limit": None}, to_plain(cfg.index), bench.name)
         if key in self.indexes:
             return self.indexes[key]
-        docs = bench.corpus(cfg)
-        if not docs:
+        if not bench.corpus(cfg):
             return None
+        docs = CorpusSource(_corpus, (bench.name, cfg))          # the actor loads it (no object-store args)
         cache = cfg.index.cache_dir or None
         if cache is None:
             from engine.hosting.prepare_model import cache_dir

@@ -59,7 +59,7 @@ compile() {  # compile OUT [uv pip compile args...]
 # do not import next to the CPU torch: the overrides drop them (and what only they need) from the resolution.
 [[ -d /opt/wheels ]] || { echo "lock.sh: /opt/wheels (the local torch CPU wheel) is missing" >&2; exit 1; }
 compile requirements/cpu.txt pyproject.toml requirements/venv.in \
-  --extra cpu --extra dev --extra convert \
+  --extra cpu --extra dev --extra convert --extra export \
   --override requirements/cpu-overrides.txt --find-links /opt/wheels
 # The lock must hold the CPU torch and nothing CUDA.
 grep -q '^torch==[0-9.]*+cpu ' requirements/cpu.txt || { echo "lock.sh: cpu lock lacks the +cpu torch" >&2; exit 1; }
@@ -68,7 +68,7 @@ if grep -nE '^(torchvision|torchaudio|torchcodec|nvidia-[a-z0-9-]+|cuda-[a-z0-9-
 fi
 
 # gpu: plain PyPI (no find-links, or the CPU torch would satisfy torch==2.13.0).
-compile requirements/gpu.txt pyproject.toml requirements/venv.in --extra gpu --extra dev --extra convert
+compile requirements/gpu.txt pyproject.toml requirements/venv.in --extra gpu --extra dev --extra convert --extra export
 
 python3 - > requirements/build.in <<'EOF'
 import tomllib

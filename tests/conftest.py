@@ -52,11 +52,21 @@ def _ray_sessions() -> set[str]:
 
 
 _sessions_before: dict[str, set[str]] = {}
+_runs_before: dict[str, set[str]] = {}
+RUNS = REPO / "runs"           # the user's results: tests write under tmp_path, never here
+
+
+def _runs() -> set[str]:
+    try:
+        return {p.name for p in RUNS.iterdir()}
+    except FileNotFoundError:
+        return set()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _sessions_before[item.nodeid] = _ray_sessions()
+    _runs_before[item.nodeid] = _runs()
     real = item.get_closest_marker("real")
     if real is not None and real.kwargs.get("model", True):      # real(model=False): real data, no model
         prepared_model_dir()
@@ -65,6 +75,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     result = yield
+    made = _runs() - _runs_before.pop(item.nodeid, set())
+    if made:
+        raise pytest.fail.Exception(
+            f"{item.nodeid} (or a test running beside it) wrote {sorted(made)} into {RUNS}, the user's results: "
+            "give it a run.dir under tmp_path", pytrace=False)
     new = _ray_sessions() - _sessions_before.pop(item.nodeid, set())
     if new and item.get_closest_marker("ray") is None:
         raise pytest.fail.Exception(

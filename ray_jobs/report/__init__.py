@@ -27,29 +27,38 @@ from typing import Mapping, Sequence
 from engine.cost import Prices, parse_overrides
 from engine.errors import DataError
 from ray_jobs.report.compute_pairwise import load_verdicts, pairwise_section, read_human, sign_tests, stage_summaries
-from ray_jobs.report.compute_runs import run_sections
+from ray_jobs.report.compute_runs import cross_run_section, run_sections
 from ray_jobs.report.page import Page
 from ray_jobs.report.plots import plot_names
 from ray_jobs.report.render_pairwise import render_pairwise, summary_text
-from ray_jobs.report.render_runs import render_benchmark
+from ray_jobs.report.render_runs import render_benchmark, render_cross_runs
 
 __all__ = ["build", "main", "pairwise_summary", "read_human", "sign_tests", "load_verdicts", "plot_names"]
 
 
 def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Path | None = None,
           prices: Mapping[str, Prices] | None = None, title: str = "dateline report", judge: str | None = None,
-          all_tasks: bool = False, score_failures: str | None = None) -> Path:
-    """Write ``report.html``, ``report.md`` and the figures of ``paths`` to ``out``; the HTML's path."""
+          all_tasks: bool = False, score_failures: str | None = None, episodes: int = 500) -> Path:
+    """Write ``report.html``, ``report.md`` and the figures of ``paths`` to ``out``; the HTML's path.
+    Every path is checked before anything is written."""
+    for p in map(Path, paths):
+        if not (p / "comparisons").is_dir() and not (p / "episodes").is_dir():
+            raise DataError(p, None, None, "no run dir here (no episodes/ folder) and no pairwise dir (no "
+                                           "comparisons/ folder); nothing was written")
     out.mkdir(parents=True, exist_ok=True)
     page = Page(out)
+    run_dirs: dict[str, list[Path]] = {}
     for p in map(Path, paths):
         if (p / "comparisons").is_dir():
             render_pairwise(page, pairwise_section(p, n_boot, human, prices))
-        elif (p / "episodes").is_dir():
-            for section in run_sections(p, n_boot, prices or {}, judge, all_tasks, score_failures):
-                render_benchmark(page, section)
         else:
-            raise DataError(p, None, None, "neither a run directory (episodes/) nor a pairwise directory (comparisons/)")
+            for section in run_sections(p, n_boot, prices or {}, judge, all_tasks, score_failures):
+                render_benchmark(page, section, episodes)
+                run_dirs.setdefault(section.name, []).append(p)
+    # several run dirs of one benchmark: one table across all their configurations, and a leaderboard
+    for name, roots in run_dirs.items():
+        if len(roots) > 1:
+            render_cross_runs(page, cross_run_section(roots, name, n_boot, judge, all_tasks, score_failures))
     return page.write(title)
 
 
@@ -75,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score-failures", choices=("as_wrong", "exclude"),
                     help="what planned episodes without a scored result count as (default: what each run's "
                          "run.score_failures said)")
+    ap.add_argument("--episodes", type=int, default=500, metavar="N",
+                    help="an HTML page per episode (its transcript, output, reference, metrics and verdicts), at most "
+                         "N per configuration; 0: none (default 500)")
     ap.add_argument("--title", default="dateline report")
     # ``judge=X`` as at metrics time (``dateline metrics RUN BENCH judge=X``) is --judge X
     a = ap.parse_args([f"--judge={x[6:]}" if x.startswith("judge=") else x for x in (argv or [])])
@@ -85,6 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
     path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge, a.all_tasks,
-                 a.score_failures)
+                 a.score_failures, a.episodes)
     sys.stdout.write(f"{path}\n{out / 'report.md'}\n")
     return 0

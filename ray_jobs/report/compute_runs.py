@@ -9,7 +9,7 @@ import json
 import logging
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -207,6 +207,51 @@ def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, P
     costs = run_costs(store, groups, prices)
     return BenchmarkSection(name, root, n_boot, groups, judge, judges, blocks,
                             cost_rows(groups, costs, n_boot), tokens_chart(groups, costs))
+
+
+@dataclass
+class CrossRunSection:
+    """One benchmark over several run dirs: every configuration of every dir in one table (a
+    configuration run in two dirs appears twice, labelled by dir), compared on the tasks all of
+    them finished, and a leaderboard by the benchmark's first primary metric."""
+    name: str
+    roots: list[Path]
+    n_boot: int
+    blocks: list[JudgedBlock]
+    leaderboard: list[tuple[str, str, str, stats.Estimate, outcomes.Counts]]   # judge, label, dir, estimate, counts
+    metric: str
+
+
+def cross_run_section(roots: list[Path], name: str, n_boot: int, judge: str | None = None, all_tasks: bool = False,
+                      score_failures: str | None = None) -> CrossRunSection:
+    bench = get_benchmark(name)
+    views: list[outcomes.ConfigView] = []
+    judges: dict[str, dict[str, str]] = {}
+    where: dict[str, Path] = {}
+    for i, root in enumerate(roots):
+        store = EpisodeStore(root, bench.episode_fields)
+        judges |= store.judges()
+        for v in outcomes.config_views(store, bench, judge, score_failures):
+            key = f"{v.config_hash}@{i}"       # one entry per configuration and run dir
+            where[key] = root
+            views.append(replace(v, config_hash=key))
+    groups: dict[str, ConfigGroup] = {}
+    for v in views:
+        groups.setdefault(v.config_hash, _group(v))
+    ordered = sorted(groups.values(), key=lambda g: (g.model, json.dumps(g.agent, sort_keys=True), g.config_hash))
+    label_groups(ordered)
+    labels = {g.config_hash: f"{g.label} ({where[g.config_hash].name})" for g in ordered}
+    blocks = [judged_block(bench, name, jid, judges.get(jid, {}), [v for v in views if v.judge == jid], labels,
+                           n_boot, all_tasks) for jid in sorted({v.judge for v in views})]
+    metric = next(iter(bench.primary_metrics), "")
+    board = []
+    for b in blocks:
+        for g in b.groups:
+            e = b.estimates[g.config_hash].get(metric)
+            if e is not None and g.counts is not None:
+                board.append((b.judge, g.label, str(where[g.config_hash]), e, g.counts))
+    board.sort(key=lambda x: (x[0], -(x[3].value if not math.isnan(x[3].value) else -math.inf)))
+    return CrossRunSection(name, roots, n_boot, blocks, board, metric)
 
 
 def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, str],

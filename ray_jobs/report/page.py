@@ -17,7 +17,17 @@ from engine import stats
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-Cell = str | int | float
+@dataclass(frozen=True)
+class Link:
+    """A table cell that links to another page of the report (relative ``href``)."""
+    text: str
+    href: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Cell = str | int | float | Link
 
 
 @dataclass
@@ -41,11 +51,12 @@ class Page:
         self.html.append(f"<p><b>{html.escape(text)}</b></p>")
 
     def table(self, header: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
-        cells = [[str(c) for c in r] for r in rows]
+        md = [[f"[{c.text}]({c.href})" if isinstance(c, Link) else str(c) for c in r] for r in rows]
         self.md.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-                       + "".join("| " + " | ".join(r) + " |\n" for r in cells))
+                       + "".join("| " + " | ".join(r) + " |\n" for r in md))
         self.html.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                         + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in cells) + "</table>")
+                         + "".join("<tr>" + "".join(_link_td(c) if isinstance(c, Link) else _td(str(c)) for c in r)
+                                   + "</tr>" for r in rows) + "</table>")
 
     def markdown_table(self, md: str) -> None:
         """A table a benchmark wrote as Markdown (its paper layout), as is and as HTML."""
@@ -68,7 +79,11 @@ class Page:
                          f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>')
 
     def write(self, title: str) -> Path:
-        (self.out / "report.md").write_text(f"# {title}\n\n" + "\n".join(self.md))
+        return self.write_named("report", title)
+
+    def write_named(self, name: str, title: str) -> Path:
+        """``<name>.md`` and ``<name>.html`` in the output folder; the HTML's path."""
+        (self.out / f"{name}.md").write_text(f"# {title}\n\n" + "\n".join(self.md))
         page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222}}
@@ -80,7 +95,7 @@ figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}} td.incomplete{{back
 </style></head><body><h1>{html.escape(title)}</h1>
 {chr(10).join(self.html)}
 </body></html>"""
-        path = self.out / "report.html"
+        path = self.out / f"{name}.html"
         path.write_text(page)
         return path
 
@@ -93,6 +108,10 @@ def md_table_html(md: str) -> str:
     head, body = cells[0], cells[2:]
     return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def _link_td(c: Link) -> str:
+    return f'<td><a href="{html.escape(c.href)}">{html.escape(c.text)}</a></td>'
 
 
 def _td(text: str) -> str:

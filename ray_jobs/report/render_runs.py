@@ -3,28 +3,41 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from engine import outcomes
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
-from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, JudgedBlock
-from ray_jobs.report.page import Cell, Page, est, num
+from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, CrossRunSection, JudgedBlock
+from ray_jobs.report.page import Cell, Link, Page, est, num
 
 
-def render_benchmark(page: Page, s: BenchmarkSection) -> None:
+def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> None:
+    """The section on the page, and (``episodes`` > 0) the episode pages of each configuration,
+    linked from its row (at most ``episodes`` each)."""
     page.heading(f"{s.name}: {s.root}")
     page.para(f"{len(s.groups)} configuration(s). Intervals: 95% bootstrap over tasks ({s.n_boot} resamples); "
               "n = planned episodes behind the value. Every configuration's numbers are over its plan: an episode "
               "that was planned and has no scored result (an error, a budget stop, one never run) counts as its "
               "benchmark's failure value under run.score_failures=as_wrong, or is left out under exclude "
               "(docs/design/what-a-number-means.md).")
+    links: dict[str, Cell] = {}
+    if episodes > 0:
+        from engine.benchmarks import get_benchmark as _gb
+        from engine.storage import EpisodeStore
+        from ray_jobs.report.episodes import write_pages
+
+        store = EpisodeStore(s.root, _gb(s.name).episode_fields)
+        for g in s.groups:
+            links[g.config_hash] = Link(f"{len(g.rows)} episodes",
+                                        write_pages(page.out, store, _gb(s.name), g.config_hash, g.label, episodes))
     page.table(["configuration", "config hash", "planned", "scored", "error", "budget-stopped", "not run", "tasks",
-                "task set", "failures count as", "status"],
+                "task set", "failures count as", "status", "transcripts"],
                [[g.label, g.config_hash, c.n_planned, c.n_scored, c.n_error, c.n_budget_stopped, c.n_not_run,
                  len({p.task_id for p in outcomes.plan_of(g.rows, g.planned)}), g.task_set,
                  "wrong" if g.policy == "as_wrong" else "excluded",
-                 "INCOMPLETE" if c.incomplete else "complete"]
+                 "INCOMPLETE" if c.incomplete else "complete", links.get(g.config_hash, "-")]
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
     bench = get_benchmark(s.name)
     for g in s.groups:
@@ -34,12 +47,7 @@ def render_benchmark(page: Page, s: BenchmarkSection) -> None:
     if incomplete:
         page.strong("INCOMPLETE: " + "; ".join(f"{g.label}: {g.counts.describe()}" for g in incomplete
                                                if g.counts is not None))
-        errors = [r for g in incomplete for r in g.rows if r["status"] not in ("ok",)]
-        if errors:
-            page.table(["configuration", "episode", "task", "status", "error"],
-                       [[next(g.label for g in s.groups if g.config_hash == r["config_hash"]), r["episode_id"][:12],
-                         r["task_id"], r["status"], (r["error"] or "").splitlines()[0][:160] if r["error"] else ""]
-                        for r in errors[:50]])
+    render_failures(page, s, links)
     if s.no_match:
         page.para(f"No judgements by a judge matching {s.judge_filter!r} (judges here: "
                   f"{', '.join(sorted(s.judges)) or 'none'}).")
@@ -63,6 +71,32 @@ def render_benchmark(page: Page, s: BenchmarkSection) -> None:
         priced = " and cost" if s.tokens.cost else ""
         page.figure(plots.tokens_figure(s.tokens), f"{s.name}-tokens-cost",
                     f"{s.name}: tokens{priced} per episode, by configuration")
+
+
+def render_failures(page: Page, s: BenchmarkSection, links: dict[str, Cell]) -> None:
+    """Failures: per configuration, each kind of failure (engine.outcomes.error_kind) with its
+    count and one example, linked to that episode's page when the report has one."""
+    rows: list[list[Cell]] = []
+    for g in s.groups:
+        planned = {p.episode_id for p in outcomes.plan_of(g.rows, g.planned)}
+        kinds: dict[str, list[dict[str, Any]]] = {}
+        for r in g.rows:
+            if r["status"] != "ok" and r["episode_id"] in planned:
+                kinds.setdefault(outcomes.error_kind(r), []).append(r)
+        index = links.get(g.config_hash)
+        for kind, rs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            ex = min(rs, key=lambda r: str(r["episode_id"]))
+            page_of = (Link(ex["episode_id"][:16], index.href.rsplit("/", 1)[0] + f"/{ex['episode_id']}.html")
+                       if isinstance(index, Link) else ex["episode_id"][:16])
+            first = (ex["error"] or "").splitlines()[0][:200] if ex["error"] else ex["status"]
+            rows.append([g.label, kind, ex["status"], len(rs), ex["task_id"], page_of, first])
+    if not rows:
+        return
+    page.heading("Failures", 3)
+    page.para("Planned episodes without a scored result, by kind, with one example each (its page shows every "
+              "model call it made). Re-run errors with run.retry_failed=true; budget-stopped episodes run again "
+              "under a larger run.budget.")
+    page.table(["configuration", "kind", "status", "episodes", "example task", "example episode", "error"], rows)
 
 
 def cost_cells(row: CostRow) -> list[Cell]:
@@ -130,3 +164,24 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
         pt = b.per_task
         page.figure(plots.per_task_figure(pt, [g.label for g in b.groups]), f"{name}-{pt.metric}-by-task",
                     f"{name}: {pt.metric} by task (mean over seeds)")
+
+
+def render_cross_runs(page: Page, s: CrossRunSection) -> None:
+    """Several run dirs of one benchmark as one comparison, and its leaderboard (also written as
+    ``leaderboard.html`` / ``leaderboard.md`` next to the report)."""
+    page.heading(f"{s.name} across {len(s.roots)} run dirs: {', '.join(str(r) for r in s.roots)}")
+    page.para("Every configuration of every run dir in one comparison (a configuration run in two dirs appears "
+              "twice, labelled by its dir); intervals and paired tests as above, on the tasks all of them finished.")
+    if s.leaderboard:
+        rows: list[list[Cell]] = [[f"#{i + 1}", label, judge or "no judge", est(e), outcomes.n_cell(c.columns()), root]
+                                  for i, (judge, label, root, e, c) in enumerate(s.leaderboard)]
+        header = ["rank", "configuration", "judge", f"{s.metric} (95% interval, n)", "scored/planned", "run dir"]
+        page.heading(f"Leaderboard by {s.metric}", 3)
+        page.table(header, rows)
+        board = Page(page.out)
+        board.table(header, rows)
+        board.write_named("leaderboard", f"dateline leaderboard: {s.name} by {s.metric}")
+    for b in s.blocks:
+        if b.judge:
+            page.heading(f"Judge {b.judge}", 3)
+        render_block(page, s.name, b, 4 if b.judge else 3)

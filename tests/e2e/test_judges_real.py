@@ -35,7 +35,7 @@ def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
 
     second = run_module("ray_jobs.run", *base, "judge=self", timeout=1700)
     assert second.returncode == 0, second.stderr[-4000:]
-    assert "**SELF-JUDGED**" in second.stderr               # the run summary says so
+    assert "**SELF-JUDGED**" in second.stdout               # the run summary says so
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     rows = store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()

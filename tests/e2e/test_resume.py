@@ -91,7 +91,8 @@ def test_max_failures_stops_planning_new_episodes(tmp_path):
     p = driver("http://127.0.0.1:9/v1", run_dir, ["run.max_failures=2", "cluster.num_workers=1",
                                                    "cluster.episodes_per_worker=1", "model.max_retries=0"])
     out, _ = p.communicate(timeout=280)
-    assert p.returncode == 0, out
+    assert p.returncode == 1, out                   # a run that stopped at max_failures is not a success
     eps = EpisodeStore(run_dir, BENCHMARK.episode_fields).episodes().to_pylist()
     assert len(eps) == 2 and all(e["status"] == "error" and "GenerationError" in e["error"] for e in eps)
     assert "stopping: 2 episodes failed" in out
+    assert "[endpoint fake at http://127.0.0.1:9]" in eps[0]["error"]     # the error names where it went

@@ -262,13 +262,13 @@ def test_no_judge_by_default_and_self_judging_only_when_asked(tmp_path):
                 "benchmark.judge_probes=false", "cluster.num_cpus=4"]
         plain = run_module("ray_jobs.run", *base, f"run.dir={tmp_path / 'a'}", timeout=600)
         assert plain.returncode == 0, plain.stderr[-3000:]
-        assert "ungraded: name a judge" in plain.stderr
+        assert "ungraded: name a judge" in plain.stdout
         assert not any("Gold target:" in r["messages"][0]["content"] for r in m.requests)   # nobody graded
         rows = EpisodeStore(tmp_path / "a").metrics().to_pylist()
         assert "accuracy" not in {r["metric"] for r in rows} and rows
         selfj = run_module("ray_jobs.run", *base, f"run.dir={tmp_path / 'b'}", "judge=self", timeout=600)
         assert selfj.returncode == 0, selfj.stderr[-3000:]
-    assert "**SELF-JUDGED**" in selfj.stderr
+    assert "**SELF-JUDGED**" in selfj.stdout
     acc = metric(EpisodeStore(tmp_path / "b").metrics().to_pylist(), "accuracy")
     assert acc["self_judged"] and acc["value"] == 1.0
     assert len(qs) == 2

@@ -53,7 +53,7 @@ def test_the_default_run_composes_from_the_dataclasses():
     plus the files' own values."""
     cfg = compose([])
     assert cfg.index == IndexConfig() and cfg.cluster == ClusterConfig()
-    assert cfg.run == RunConfig(dir="runs/newsagent")
+    assert cfg.run == RunConfig(dir="runs/newsagent-sample")
     assert cfg.agent == get_benchmark("newsagent").agent_schema()
     m = cfg.model
     assert (m.kind, m.replicas, m.num_gpus, m.temperature) == ("vllm", 1, 0.0, 0.0)

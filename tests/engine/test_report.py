@@ -213,7 +213,7 @@ def test_report_cli_price_override_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(root), "--price", "=1,2"])
     from engine.errors import DataError
-    with pytest.raises(DataError, match="neither a run directory"):
+    with pytest.raises(DataError, match="no run dir here"):
         build([str(tmp_path)], tmp_path / "r3")
 
 

@@ -164,11 +164,11 @@ def test_driver_keeps_rows_it_could_not_write_and_stops_clearly_if_it_never_can(
     real = EpisodeStore.write_batch
     failures = {"left": 1}
 
-    def flaky(self, episodes, steps):
+    def flaky(self, episodes, steps, *transcripts):
         if failures["left"] and episodes:
             failures["left"] -= 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, episodes, steps)
+        return real(self, episodes, steps, *transcripts)
 
     monkeypatch.setattr(EpisodeStore, "write_batch", flaky)
     cfg = compose(["benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=3", f"run.dir={tmp_path}",

@@ -187,4 +187,4 @@ def test_no_secret_is_written_at_rest(tmp_path):
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
     assert cfg["model"]["env"] == {"SOME_SECRET": "<redacted>"}
     assert cfg["model"]["base_url"].endswith("/v1?<redacted>")
-    assert secret_env not in out.stderr and token not in out.stderr
+    assert secret_env not in out.stderr + out.stdout and token not in out.stderr + out.stdout

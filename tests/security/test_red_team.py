@@ -245,7 +245,18 @@ def test_no_secret_anywhere(red_team_run):
     places += [p for p in ray_logs.rglob("*.err") if p.is_file()]
     assert len(places) > 20
     assert any(OTHER in t for _, t in _texts(sibling / "report.md"))    # the scan sees a planted secret
-    leaks = [(where, s) for p in places for where, text in _texts(p) for s in SECRETS if s in text]
+    texts = [(where, text) for p in places for where, text in _texts(p)]
+    # an episode page shows the task's reference next to the output, as it should (the reader is
+    # the evaluator, not the model): that block is left out of the scan, everything else is scanned
+    pages = [i for i, (where, _) in enumerate(texts)
+             if "/episodes/" in where and where.endswith(".html") and not where.endswith("/index.html")]
+    assert pages
+    for i in pages:
+        where, text = texts[i]
+        assert text.count('<pre id="reference">') == 1, where
+        head, tail = text.split('<pre id="reference">', 1)
+        texts[i] = (where, head + tail.split("</pre>", 1)[1])
+    leaks = [(where, s) for where, text in texts for s in SECRETS if s in text]
     assert not leaks, leaks[:10]
 
 
@@ -318,7 +329,7 @@ def test_audit_unsafe_is_marked_on_every_number(tmp_path):
                          f"model.base_url={srv.base_url}", "model.name=m", "model.api_key_env=", f"run.dir={tmp_path}",
                          "run.progress=false", "cluster.num_cpus=4", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "AUDIT_UNSAFE" in out.stderr
+    assert "AUDIT_UNSAFE" in out.stdout
     tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
     assert "AUDIT_UNSAFE" in tables.stdout
     rep = run_module("ray_jobs.cli", "report", str(tmp_path), "--out", str(tmp_path / "r"), "--boot", "20", timeout=300)

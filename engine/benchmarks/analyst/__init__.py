@@ -28,7 +28,8 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version, source_version
 from engine.paths import repo_path
-from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps
+from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps,
+                             select_tasks)
 
 AUDIT_UNSAFE_WARNING = ("AUDIT_UNSAFE: the model's code ran without OS isolation (agent.sandbox=audit_unsafe: an "
                         "audit hook it can switch off); it could have read the task's reference and checklist, so "
@@ -78,6 +79,8 @@ class AnalystBenchmark(BenchmarkBase):
     name = "analyst"
     benchmark_schema = AnalystBenchmarkConfig
     agent_schema = AnalystAgentConfig
+    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    data_paths = ("tasks_dir", "checklists_dir")
     evaluation_fields = ("checklists_dir", "n_criteria", "checklist_max_tokens", "checklist_refine_rounds",
                          "checklist_pass_rating", "figure_match_threshold", "evidence_k", "max_claims",
                          "judge_max_tokens", "claims_chunk_tokens", "claims_max_tokens",
@@ -145,12 +148,7 @@ class AnalystBenchmark(BenchmarkBase):
         with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {repo_path(b.tasks_dir)}") as bad:
             tasks = load_tasks(repo_path(b.tasks_dir), checklists_dir=repo_path(b.checklists_dir) if b.checklists_dir else None,
                                bad=bad)
-        if b.task_ids:
-            unknown = sorted(set(b.task_ids) - {t.task_id for t in tasks})
-            if unknown:
-                raise ConfigError(f"benchmark.task_ids: no such tasks in {b.tasks_dir}: {unknown}")
-            tasks = [t for t in tasks if t.task_id in set(b.task_ids)]
-        return tasks[: b.limit] if b.limit is not None else tasks
+        return select_tasks(tasks, b.task_ids, b.limit, b.tasks_dir)
 
     async def run_episode(self, task: AnalystTask, ctx: EpisodeContext) -> EpisodeOutcome:
         """Attempts until a report is written, at most ``agent.report_attempts``: each a fresh run
@@ -266,6 +264,11 @@ class AnalystBenchmark(BenchmarkBase):
 
     def task_failure_values(self, task: AnalystTask) -> dict[str, float] | None:
         return analyst_metrics.failure_values_for(task)
+
+    def episode_reference(self, row: dict[str, Any]) -> str:
+        b = row_config(row)
+        task = _tasks(b.tasks_dir, b.checklists_dir).get(row["task_id"])
+        return task.reference if task is not None else ""
 
     def config_warnings(self, agent: dict[str, Any]) -> list[str]:
         if agent.get("mode") == "agentic" and agent.get("sandbox") == "audit_unsafe":

@@ -10,8 +10,9 @@ from typing import Any
 class AnalystBenchmarkConfig:
     name: str = "analyst"
     tasks_dir: str = "engine/benchmarks/analyst/sample_tasks"
+    dataset: str = "sample"              # a short name of the data: the default run dir is runs/<name>-<dataset>
     limit: int | None = None
-    task_ids: list[str] = field(default_factory=list)   # run only these tasks (empty: all)
+    task_ids: list[str] = field(default_factory=list)   # run only these tasks (empty: all), then limit
     # Checklists (``checklists.py``): one per task, built once (``dateline analyst-checklists``)
     # and used by every system and judge. Read from the task folder's checklist.json, else from
     # ``checklists_dir`` (relative: from the repo root); "" builds into the task folders.

@@ -18,7 +18,8 @@ from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, pars
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version, source_version
-from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, ServiceSpec
+from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow,
+                             ServiceSpec, select_tasks)
 
 
 class LiveNewsBenchmark(BenchmarkBase):
@@ -27,6 +28,8 @@ class LiveNewsBenchmark(BenchmarkBase):
     agent_schema = LivenewsAgentConfig
     # judge_probes changes only the judging; on_bad_rows picks which rows load (like limit), a
     # question that loads runs the same either way
+    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    data_paths = ("questions", "pages")
     evaluation_fields = ("judge_probes", "on_bad_rows")
     judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
@@ -74,8 +77,12 @@ class LiveNewsBenchmark(BenchmarkBase):
                 raise ConfigError(f"benchmark.{key}: {repo_path(getattr(b, key))} does not exist")
 
     def load_tasks(self, cfg: Config) -> list[Any]:
-        questions, _ = load(cfg.benchmark)
-        return [LiveTask(q, self.policy(cfg.benchmark, q)) for q in questions]
+        from dataclasses import replace
+
+        b = cfg.benchmark
+        questions, _ = load(replace(b, limit=None))
+        tasks = [LiveTask(q, self.policy(b, q)) for q in questions]
+        return select_tasks(tasks, b.task_ids, b.limit, b.questions if b.source == "livenewsbench" else b.pages)
 
     @staticmethod
     def policy(b: Any, q: LiveQuestion) -> agent.WebPolicy:
@@ -132,6 +139,9 @@ class LiveNewsBenchmark(BenchmarkBase):
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         return metrics.tables(metric_rows)
+
+    def episode_reference(self, row: dict[str, Any]) -> str:
+        return f"gold answer: {row.get('gold') or ''}"
 
 
 @functools.lru_cache(maxsize=4)

@@ -14,6 +14,8 @@ class LivenewsBenchmarkConfig:
     source: str = "livenewsbench"          # livenewsbench (questions + pages JSONL) | realtimeqa (dumps folder)
     questions: str = "engine/benchmarks/livenews/sample_data/questions.jsonl"
     pages: str = "engine/benchmarks/livenews/sample_data/pages.jsonl"   # realtimeqa: the dumps folder
+    dataset: str = "sample"                # a short name of the data: the default run dir is runs/<name>-<dataset>
+    task_ids: list[str] = field(default_factory=list)   # only these questions (empty: all), then limit
     limit: Optional[int] = None
     results_per_query: int = 10            # "the top 10 results for each query"
     visit_max_tokens: int = 8000           # whitespace tokens of page text returned by a visit

@@ -3,6 +3,7 @@ insert, remove and terminate, then rephrase. See ``../../../docs/design/newsagen
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version as text_version, source_version
 from engine.paths import repo_path
-from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec
+from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec,
+                             select_tasks)
 from indexes.corpus import Document
 
 MODES = ("1-step", "2-step", "rule-based")
@@ -33,12 +35,23 @@ def _load(cfg: Any, limit: int | None = None) -> NewsDataset:
         return load_dataset(d, limit, bad)
 
 
+@functools.lru_cache(maxsize=4)
+def _references(data_dir: str) -> dict[str, str]:
+    """The human-written article of each task of a dataset folder (the viewer's reference)."""
+    if not data_dir:
+        return {}
+    with quarantine.skipping("skip", f"newsagent data {data_dir}") as bad:
+        return {t.task_id: t.reference_article for t in load_dataset(repo_path(data_dir), None, bad).tasks}
+
+
 class NewsAgentBenchmark(BenchmarkBase):
     name = "newsagent"
     benchmark_schema = NewsagentBenchmarkConfig
     agent_schema = NewsagentAgentConfig
     # on_bad_rows picks which rows load (like limit); a task that loads runs the same either way,
     # so it is not part of an episode's identity
+    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    data_paths = ("data_dir",)
     evaluation_fields = ("on_bad_rows",)
     primary_metrics = ("search_f1", "edit_f1")
     per_task_metric = "edit_f1"
@@ -78,7 +91,8 @@ class NewsAgentBenchmark(BenchmarkBase):
             raise ConfigError(f"benchmark.data_dir: {d} needs tasks.jsonl and objects.jsonl")
 
     def load_tasks(self, cfg: Config) -> list[NewsTask]:
-        return _load(cfg, cfg.benchmark.limit).tasks
+        b = cfg.benchmark
+        return select_tasks(_load(cfg).tasks, b.task_ids, b.limit, str(_data_dir(cfg)))
 
     def corpus(self, cfg: Config) -> list[Document]:
         return [Document(o.object_id, o.text, o.date) for o in _load(cfg).objects]
@@ -94,6 +108,12 @@ class NewsAgentBenchmark(BenchmarkBase):
 
     def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
         return [metrics.episode_values(r) for r in rows]
+
+    def episode_reference(self, row: dict[str, Any]) -> str:
+        import json
+
+        data = json.loads(row.get("data") or "{}")
+        return _references(str(data.get("data_dir") or "")).get(row["task_id"], "")
 
     def task_failure_values(self, task: NewsTask) -> dict[str, float] | None:
         # function-wise scores exist only for articles with reference evidence

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 
@@ -11,7 +11,10 @@ class NewsagentBenchmarkConfig:
     name: str = "newsagent"
     # Dataset folder with tasks.jsonl and objects.jsonl (relative paths: from the repo root).
     data_dir: str = "engine/benchmarks/newsagent/sample_data"
-    # Only the first N tasks (null: all).
+    # A short name of the data: the default run dir is runs/<name>-<dataset>.
+    dataset: str = "sample"
+    # Only these tasks (empty: all), then only the first N (null: all).
+    task_ids: list[str] = field(default_factory=list)
     limit: Optional[int] = None
     # A bad row in the data: "error" stops before anything runs (a DataError naming file, row and
     # field); "skip" drops it and records it in RUN_DIR/quarantine (docs/design/data.md).

@@ -1,0 +1,85 @@
+"""dateline's Python API: compose a config as the CLI does, run it, read what it wrote.
+
+    from dateline import compose, run, results
+
+    cfg = compose(["agent=newsagent_rule_based", "benchmark.limit=3", "run.dir=runs/api-demo"])
+    info = run(cfg)                          # one job: generate, judge, reduce (a sweep: run_sweep)
+    r = results("runs/api-demo")
+    print(r.metrics().to_pandas())           # the metrics table: value, n, n_planned, n_scored, ...
+    eid = r.episodes()["episode_id"][0].as_py()
+    print(r.transcript(eid))                 # every model call, tool result, output, metrics, verdicts
+
+Everything here is what ``dateline run`` / ``dateline show`` use (ray_jobs/, engine/).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import Config
+
+__all__ = ["compose", "run", "run_sweep", "results", "Results", "main"]
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The run config for these Hydra overrides (typed, validated), as ``dateline run`` composes it."""
+    from ray_jobs.configs import compose as _compose
+
+    return _compose(list(overrides))
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Run one configuration (resuming what its run dir holds); its run info."""
+    from ray_jobs.run import run as _run
+
+    return _run(cfg)
+
+
+def run_sweep(cfgs: list[Config]) -> list[dict[str, Any]]:
+    """Run several configurations as one job (one queue per model, shared replicas)."""
+    from ray_jobs.run import run_sweep as _run_sweep
+
+    return _run_sweep(cfgs)
+
+
+class Results:
+    """What a run dir holds, read through the store (local path or ``s3://`` URI)."""
+
+    def __init__(self, run_dir: str) -> None:
+        from engine.storage import EpisodeStore, is_run_dir
+
+        if not is_run_dir(run_dir):
+            raise FileNotFoundError(f"no run dir at {run_dir}")
+        self.run_dir = run_dir
+        self.store = EpisodeStore(run_dir)
+
+    def metrics(self) -> Any:
+        """The metrics table (pyarrow): per configuration and judge, every metric with the counts it is over."""
+        return self.store.metrics()
+
+    def episodes(self, **where: Any) -> Any:
+        """Episodes (pyarrow), deduplicated; ``where``: ``config_hash=``, ``benchmark=``, ``ok_only=`` ..."""
+        return self.store.episodes(**where)
+
+    def steps(self, episode_ids: list[str]) -> Any:
+        return self.store.steps(episode_ids=episode_ids)
+
+    def transcript(self, episode_id: str, width: int = 0) -> str:
+        """One episode as ``dateline show`` prints it."""
+        from engine.benchmarks import get_benchmark
+        from engine.storage import EpisodeStore
+        from ray_jobs.report import episodes as ev
+
+        (row,) = self.store.episodes(["benchmark"], episode_ids=[episode_id]).to_pylist()
+        bench = get_benchmark(row["benchmark"])
+        return ev.render_text(ev.load(EpisodeStore(self.run_dir, bench.episode_fields), bench, episode_id), width)
+
+
+def results(run_dir: str) -> Results:
+    return Results(run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ray_jobs.cli import main as _main
+
+    return _main(argv)

@@ -1,0 +1,286 @@
+"""What an agent did, episode by episode: the viewer behind ``dateline show`` and the report's
+episode pages.
+
+An :class:`EpisodeView` gathers one episode from the store: its row, its steps, its model calls
+with their prompts (engine/transcripts.py), its judgements with the judges' own text and their
+calls, the per-episode metric values (through each judge that judged it), and the reference its
+output is compared with. It renders as terminal text (``dateline show RUN_DIR EPISODE``) and as
+a static HTML page; a configuration's episodes get an index page with filters by status, finish
+reason, error kind and metric value (a few lines of inline script, no server: the pages open
+from a folder or an ``s3://`` mirror).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine import outcomes
+from engine.protocol import Benchmark, Row
+from engine.storage import EpisodeStore
+from engine.transcripts import conversation
+
+
+@dataclass
+class EpisodeView:
+    row: Row
+    steps: list[dict[str, Any]]
+    calls: list[dict[str, Any]]                 # the episode's own model calls, in order
+    judge_calls: list[dict[str, Any]]           # its judges' calls
+    messages: dict[str, dict[str, Any]]
+    judgements: list[dict[str, Any]]            # the judgement rows: judge, key, value, raw_output ...
+    values: dict[str, dict[str, float]]         # judge id ("" for none) -> metric -> value
+    reference: str
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episode_id(self) -> str:
+        return str(self.row["episode_id"])
+
+
+def find(store: EpisodeStore, prefix: str) -> list[str]:
+    """Episode ids starting with ``prefix``."""
+    ids = [str(i) for i in store.episodes(["episode_id"]).column("episode_id").to_pylist()]
+    return sorted(i for i in ids if i.startswith(prefix))
+
+
+def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str = "") -> EpisodeView:
+    rows = store.episodes(episode_ids=[episode_id]).to_pylist()
+    if not rows:
+        raise KeyError(f"no episode {episode_id} in {store.uri}")
+    row = rows[0]
+    steps = store.steps(episode_ids=[episode_id]).to_pylist()
+    calls = store.calls([episode_id])
+    own = [c for c in calls if c["purpose"] == "episode"]
+    judge_calls = [c for c in calls if c["purpose"] != "episode"]
+    messages = store.messages(m for c in calls for m in c["message_ids"] or [])
+    judgements = store.judgement_rows(["episode_id", "judge", "judge_model", "key", "value", "ok", "raw_output",
+                                       "error", "truncated", "batch_id"], episode_ids=[episode_id])
+    values: dict[str, dict[str, float]] = {}
+    if row["status"] == "ok":
+        values[""] = _values(bench, dict(row, judgements={}, judge=""))
+        by_judge: dict[str, dict[str, Any]] = {}
+        for j in sorted(judgements, key=lambda r: r["batch_id"]):
+            d = by_judge.setdefault(j["judge"] or "", {})
+            if j["ok"] or j["key"] not in d:
+                d[j["key"]] = bench.parse_judgement(j["key"], j["raw_output"] or "") if j["ok"] else None
+        for jid, d in by_judge.items():
+            values[jid] = _values(bench, dict(row, judgements=d, judge=jid))
+    try:
+        reference = bench.episode_reference(row)
+    except Exception as e:  # noqa: BLE001 - the viewer shows what it can
+        reference = f"(reference unavailable: {type(e).__name__}: {e})"
+    return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label)
+
+
+def _values(bench: Benchmark[Any], row: Row) -> dict[str, float]:
+    try:
+        (v,) = bench.episode_values([row])
+    except Exception:  # noqa: BLE001 - a row the benchmark cannot score shows none
+        return {}
+    return {k: float(x) for k, x in v.items() if not (isinstance(x, float) and math.isnan(x))}
+
+
+# -- terminal ---------------------------------------------------------------------------------------
+def _clip(text: str, n: int) -> str:
+    text = text or ""
+    return text if n <= 0 or len(text) <= n else text[: n // 2] + f"\n[... {len(text) - n:,} characters ...]\n" + text[-n // 2:]
+
+
+def _turns(view: EpisodeView) -> list[tuple[dict[str, Any] | None, list[dict[str, str]], list[dict[str, Any]]]]:
+    """(call, the prompt messages it adds to the previous call's, its steps) in order; steps made
+    without a call come with ``None``."""
+    by_call: dict[int, list[dict[str, Any]]] = {}
+    loose: list[dict[str, Any]] = []
+    for s in view.steps:
+        c = s.get("call")
+        (by_call.setdefault(int(c), []) if c is not None and c >= 0 else loose).append(s)
+    out: list[tuple[dict[str, Any] | None, list[dict[str, str]], list[dict[str, Any]]]] = []
+    seen: list[str] = []
+    for c in view.calls:
+        ids = list(c["message_ids"] or [])
+        common = 0
+        while common < min(len(ids), len(seen)) and ids[common] == seen[common]:
+            common += 1
+        new = conversation({"message_ids": ids[common:]}, view.messages)
+        out.append((c, new, by_call.pop(int(c["call"]), [])))
+        seen = ids
+    rest = loose + [s for v in by_call.values() for s in v]
+    if rest:
+        out.append((None, [], sorted(rest, key=lambda s: s["step"])))
+    return out
+
+
+def render_text(view: EpisodeView, width: int = 2000) -> str:
+    """A readable transcript (``width``: characters kept per message; 0 keeps everything)."""
+    r = view.row
+    lines = [f"episode {r['episode_id']}  task {r['task_id']}  model {r['model']}  config {r['config_hash']}",
+             f"status {r['status']}  finish {r['finish_reason']}  steps {r['n_steps']}  tokens {r['tokens_in']}"
+             f"+{r['tokens_out']}  {float(r['wall_time_s'] or 0):.1f} s  replica {r['replica']}  worker {r['worker']}"]
+    if r.get("error"):
+        lines += ["", "ERROR: " + _clip(str(r["error"]), width)]
+    for n, (call, new, steps) in enumerate(_turns(view), 1):
+        if call is not None:
+            p = json.loads(call["params"] or "{}")
+            lines += ["", f"=== call {call['call'] + 1} ({call['model']} replica {call['replica']} at {call['endpoint']}; "
+                          f"{call['tokens_in']}+{call['tokens_out']} tokens, {float(call['latency_s'] or 0):.2f} s; "
+                          f"max_tokens {p.get('max_tokens')}, temperature {p.get('temperature')}, seed {p.get('seed')})"]
+            for m in new:
+                lines += [f"--- {m['role']}", _clip(m["content"], width)]
+            lines += [f"--- assistant{' (' + call['finish_reason'] + ')' if call['finish_reason'] else ''}",
+                      _clip(call["completion"] or "", width)]
+            if call["error"]:
+                lines += [f"!!! {call['error']}"]
+        for s in steps:
+            lines += [f"--- step {s['step']} [{s['turn']}] {'ok' if s['ok'] else 'FAILED'}"]
+            if call is None and s["raw_output"]:
+                lines += [_clip(s["raw_output"], width)]
+            if s["parsed_action"]:
+                lines += [f"action: {_clip(s['parsed_action'], width)}"]
+            if s["result"]:
+                lines += [f"result: {_clip(s['result'], width)}"]
+    lines += ["", "=== final output", _clip(str(r["output"] or "(none)"), width)]
+    if view.reference:
+        lines += ["", "=== reference", _clip(view.reference, width)]
+    for jid, vals in view.values.items():
+        if vals:
+            lines += ["", f"=== metrics ({'judge ' + jid if jid else 'no judge'})"]
+            lines += [f"{k}: {v:.4g}" for k, v in sorted(vals.items())]
+    if view.judgements:
+        lines += ["", "=== judgements"]
+        for j in view.judgements:
+            lines += [f"{j['judge']} {j['key']}: {j['value']}{' (truncated)' if j['truncated'] else ''}"
+                      f"{' ERROR ' + str(j['error']) if not j['ok'] and j['error'] else ''}",
+                      "    " + _clip(str(j["raw_output"] or ""), width).replace("\n", "\n    ")]
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML -------------------------------------------------------------------------------------------
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
+pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:.6em;border-radius:4px;margin:.3em 0}
+.msg{border-left:4px solid #bbb;padding-left:.6em;margin:.6em 0}.system{border-color:#999}.user{border-color:#2b6cb0}
+.assistant{border-color:#2f855a}.tool{border-color:#b7791f}.err{border-color:#c53030;color:#8a1c14}
+.role{font-size:.8em;color:#555;text-transform:uppercase}table{border-collapse:collapse;font-size:.88em;margin:.5em 0}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}th{background:#f3f3f3}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:1em}.bad{color:#8a1c14;font-weight:bold}"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x if x is not None else ""))
+
+
+def _msg(role: str, text: str, cls: str = "", head: str = "") -> str:
+    return (f'<div class="msg {cls or role}"><div class="role">{_e(head or role)}</div><pre>{_e(text)}</pre></div>')
+
+
+def render_html(view: EpisodeView, back: str = "") -> str:
+    r = view.row
+    parts = [f"<h1>Episode {_e(r['episode_id'])}</h1>"]
+    if back:
+        parts.append(f'<p><a href="{_e(back)}">&larr; all episodes of this configuration</a></p>')
+    meta = [("task", r["task_id"]), ("model", r["model"]), ("configuration", view.label or r["config_hash"]),
+            ("status", r["status"]), ("finish", r["finish_reason"]), ("steps", r["n_steps"]),
+            ("tokens", f"{r['tokens_in']} in, {r['tokens_out']} out"), ("wall time", f"{float(r['wall_time_s'] or 0):.1f} s"),
+            ("replica / worker", f"{r['replica']} / {r['worker']}")]
+    parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in meta) + "</table>")
+    if r.get("error"):
+        parts.append(f'<h2 class="bad">Error</h2><pre class="bad">{_e(r["error"])}</pre>')
+    parts.append("<h2>Conversation</h2>")
+    for call, new, steps in _turns(view):
+        if call is not None:
+            p = json.loads(call["params"] or "{}")
+            parts.append(f"<h3>Call {call['call'] + 1}</h3><p class=role>{_e(call['model'])}, replica {_e(call['replica'])} "
+                         f"at {_e(call['endpoint'])}; {_e(call['tokens_in'])}+{_e(call['tokens_out'])} tokens; "
+                         f"{float(call['latency_s'] or 0):.2f} s; max_tokens {_e(p.get('max_tokens'))}, temperature "
+                         f"{_e(p.get('temperature'))}, seed {_e(p.get('seed'))}</p>")
+            parts += [_msg(m["role"], m["content"]) for m in new]
+            parts.append(_msg("assistant", call["completion"] or "",
+                              head=f"assistant{' (' + call['finish_reason'] + ')' if call['finish_reason'] else ''}"))
+            if call["error"]:
+                parts.append(_msg("error", call["error"], "err"))
+        for s in steps:
+            body = (s["raw_output"] + "\n\n" if call is None and s["raw_output"] else "") + \
+                   (f"action: {s['parsed_action']}\n" if s["parsed_action"] else "") + (s["result"] or "")
+            parts.append(_msg("tool", body, "tool" if s["ok"] else "err",
+                              head=f"step {s['step']} [{s['turn']}] {'ok' if s['ok'] else 'failed'}"))
+    parts.append('<h2>Final output and reference</h2><div class="cols"><div><h3>Output</h3>'
+                 f'<pre id="final-output">{_e(r["output"] or "(none)")}</pre></div><div><h3>Reference</h3>'
+                 f'<pre id="reference">{_e(view.reference or "(none)")}</pre></div></div>')
+    for jid, vals in view.values.items():
+        if vals:
+            parts.append(f"<h2>Metrics ({_e('judge ' + jid if jid else 'no judge')})</h2><table>"
+                         + "".join(f"<tr><th>{_e(k)}</th><td>{v:.4g}</td></tr>" for k, v in sorted(vals.items()))
+                         + "</table>")
+    if view.judgements:
+        parts.append("<h2>Judge verdicts</h2><table><tr><th>judge</th><th>key</th><th>verdict</th><th>the judge's text"
+                     "</th></tr>" + "".join(
+                         f"<tr><td>{_e(j['judge'])}</td><td>{_e(j['key'])}</td><td>{_e(j['value'])}"
+                         f"{' (truncated)' if j['truncated'] else ''}{' ' + _e(j['error']) if not j['ok'] else ''}</td>"
+                         f"<td><pre>{_e(j['raw_output'])}</pre></td></tr>" for j in view.judgements) + "</table>")
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>episode {_e(r["episode_id"])}</title>'
+            f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
+
+
+_FILTER_JS = """
+function f(){const s=document.getElementById('status').value,k=document.getElementById('kind').value,
+m=document.getElementById('metric').value,lo=parseFloat(document.getElementById('lo').value),
+hi=parseFloat(document.getElementById('hi').value);let n=0;
+document.querySelectorAll('tr.ep').forEach(r=>{const v=parseFloat(r.dataset['m_'+m]);
+const ok=(!s||r.dataset.status===s)&&(!k||r.dataset.kind===k)&&(isNaN(lo)||v>=lo)&&(isNaN(hi)||v<=hi);
+r.style.display=ok?'':'none';n+=ok});document.getElementById('shown').textContent=n;}
+"""
+
+
+def render_index(label: str, entries: Sequence[tuple[Row, dict[str, float], str]], metrics: Sequence[str],
+                 back: str = "") -> str:
+    """A configuration's episodes (row, metric values, page href) with filters."""
+    statuses = sorted({str(r["status"]) for r, _, _ in entries})
+    kinds = sorted({outcomes.error_kind(r) for r, _, _ in entries if r["status"] != "ok"})
+    def opts(xs: Sequence[str]) -> str:
+        return "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)
+    head = (f"<h1>Episodes: {_e(label)}</h1>" + (f'<p><a href="{_e(back)}">&larr; report</a></p>' if back else "")
+            + '<p>status <select id="status" onchange="f()"><option value="">any</option>' + opts(statuses)
+            + '</select> error kind <select id="kind" onchange="f()"><option value="">any</option>' + opts(kinds)
+            + '</select> metric <select id="metric" onchange="f()">' + opts(metrics)
+            + '</select> from <input id="lo" size="5" oninput="f()"> to <input id="hi" size="5" oninput="f()"> '
+            + f'<span id="shown">{len(entries)}</span> of {len(entries)} shown</p>')
+    rows = []
+    for r, vals, href in entries:
+        data = " ".join(f'data-m_{_e(m)}="{vals[m]:.6g}"' for m in metrics if m in vals)
+        kind = outcomes.error_kind(r) if r["status"] != "ok" else ""
+        rows.append(f'<tr class="ep" data-status="{_e(r["status"])}" data-kind="{_e(kind)}" {data}>'
+                    f'<td><a href="{_e(href)}">{_e(str(r["episode_id"])[:16])}</a></td><td>{_e(r["task_id"])}</td>'
+                    f'<td>{_e(r["seed"])}</td><td>{_e(r["status"])}</td><td>{_e(r["finish_reason"])}</td>'
+                    f'<td>{_e(kind)}</td>' + "".join(f'<td>{vals[m]:.3g}</td>' if m in vals else "<td></td>" for m in metrics)
+                    + "</tr>")
+    table = ("<table><tr><th>episode</th><th>task</th><th>seed</th><th>status</th><th>finish</th><th>error kind</th>"
+             + "".join(f"<th>{_e(m)}</th>" for m in metrics) + "</tr>" + "".join(rows) + "</table>")
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(label)}</title><style>{_CSS}</style>'
+            f"<script>{_FILTER_JS}</script></head><body>{head}{table}</body></html>")
+
+
+def write_pages(out: Path, store: EpisodeStore, bench: Benchmark[Any], config_hash: str, label: str,
+                limit: int = 500) -> str:
+    """The episode pages of one configuration under ``out/episodes/<hash>/`` and their index;
+    returns the index's path relative to ``out``. ``limit`` episodes at most (0: all)."""
+    folder = out / "episodes" / config_hash
+    folder.mkdir(parents=True, exist_ok=True)
+    t = store.episodes(["episode_id", "status"], config_hash=config_hash).to_pylist()
+    # the failed ones first, so a cut (``limit``) never drops the episodes worth reading
+    ids = [str(r["episode_id"]) for r in sorted(t, key=lambda r: (r["status"] == "ok", str(r["episode_id"])))]
+    ids = sorted(ids[: limit or None])
+    metrics = [m for m in (*bench.primary_metrics, *bench.metric_order) if m][:6]
+    entries = []
+    for eid in ids:
+        view = load(store, bench, eid, label)
+        (folder / f"{eid}.html").write_text(render_html(view, "index.html"))
+        vals = next((v for j, v in sorted(view.values.items(), reverse=True) if v), {})
+        entries.append((view.row, vals, f"{eid}.html"))
+    metrics = [m for m in dict.fromkeys(metrics) if any(m in v for _, v, _ in entries)]
+    (folder / "index.html").write_text(render_index(label, entries, metrics, "../../report.html"))
+    return f"episodes/{config_hash}/index.html"
