@@ -2,7 +2,8 @@
 prompt would cost (a logger that keeps each request as sent, as ``--log_samples``-style logs do).
 
 For each run dir: the bytes on disk of its ``calls/`` and ``messages/`` Parquet (as dateline wrote
-them), per episode (its own calls and its judges'), beside the same calls written with their full
+them), per episode that called a model (its own calls and its judges'; a rule-based baseline
+makes none), beside the same calls written with their full
 message lists inline (one JSON string per call, same Parquet writer, same compression); then the
 projection to 100,000 episodes and what that holds on S3 Standard at $0.023 per GB-month.
 
@@ -55,8 +56,8 @@ def measure(run_dir: Path) -> dict[str, float]:
         pq.write_table(mt, zstd / "m.parquet", compression="zstd")
         zstd_bytes = (zstd / "c.parquet").stat().st_size + (zstd / "m.parquet").stat().st_size
     raw_prompt_chars = sum(len(r["messages"]) for r in inline)      # the prompts as JSON text
-    n = max(len(ids), 1)
-    return {"episodes": len(ids), "calls": len(calls), "messages": len(msgs),
+    n = max(len({c["episode_id"] for c in calls}), 1)     # per episode that called a model (not the baselines)
+    return {"episodes": n, "calls": len(calls), "messages": len(msgs),
             "benchmark": eps[0]["benchmark"] if eps else "-", "stored": stored, "per_episode": stored / n,
             "inline_per_episode": naive_bytes / n, "zstd_per_episode": zstd_bytes / n,
             "prompt_chars_per_episode": raw_prompt_chars / n}
