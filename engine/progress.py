@@ -8,10 +8,11 @@ from typing import Any, Sequence, TextIO
 
 
 class Progress:
-    def __init__(self, total: int, enabled: bool = True, stream: TextIO = sys.stderr,
+    def __init__(self, total: int, enabled: bool = True, stream: TextIO | None = None,
                  every_s: float | None = None) -> None:
         self.total = total
         self.enabled = enabled
+        stream = stream if stream is not None else sys.stderr      # the current one, not import time's
         self.stream = stream
         self._tty = stream.isatty()
         # Redraw in place on a terminal; in logs, a line every 15 s is plenty.

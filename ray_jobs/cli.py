@@ -161,8 +161,26 @@ def _logging(level: str) -> None:
     # no colour codes in redirected output (Ray colours its workers' log prefixes)
     if not sys.stderr.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    logging.basicConfig(level=getattr(logging, level), format="[%(asctime)s %(name)s] %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    root = logging.getLogger()
+    if not any(isinstance(h, _Stderr) for h in root.handlers):
+        h = _Stderr()
+        h.setFormatter(logging.Formatter("[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S"))
+        if not root.handlers:            # the first configuration (a CLI process): ours
+            root.addHandler(h)
+            root.setLevel(getattr(logging, level))
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Logs to whatever ``sys.stderr`` is when a record is written (``main`` also runs in-process,
+    under test capture or a notebook), never to a stream that was closed since."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def _dispatch(a: argparse.Namespace) -> int:

@@ -358,7 +358,7 @@ def test_estimate_cli_sweep(tmp_path, monkeypatch, capsys):
             assert main(["estimate", "--tasks", "1", "-m", "benchmark=livenews", "agent=livenews",
                          "agent.max_searches=1,3", "model=openai_compatible", f"model.base_url={srv.base_url}",
                          "model.name=fake", "model.api_key_env=", f"run.dir={tmp_path}", "run.progress=false",
-                         "cluster.num_cpus=4", "hydra/job_logging=disabled"]) == 0
+                         "cluster.num_cpus=4"]) == 0
         finally:
             GlobalHydra.instance().clear()
     out = capsys.readouterr().out
