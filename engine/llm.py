@@ -153,7 +153,7 @@ class ChatClient:
     (``engine.budget.current_gate``, set by the episode runner), if any.
 
     ``on_call(request, completion, t_sent, t_done)``, when set, sees every answered call: the
-    request body as sent and ``time.perf_counter()`` around it (benchmarks/engine_ceiling.py
+    request body as sent and ``time.perf_counter()`` around it (perf/engine_ceiling.py
     records a run's requests with it to replay them)."""
 
     def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8,

@@ -33,7 +33,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# x86 extensions that decide how fast vLLM's CPU kernels run a dtype (benchmarks/cpu_dtype.py prints
+# x86 extensions that decide how fast vLLM's CPU kernels run a dtype (perf/cpu_dtype.py prints
 # them): bfloat16 dot products are native with AVX512_BF16 or AMX.
 CPU_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 

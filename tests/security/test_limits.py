@@ -6,7 +6,7 @@
 * 300 MB of snippet output raise the worker's peak memory by less than 50 MB.
 
 These are bounds a deadline or a cap must keep, not speed targets: what they cost is printed by
-``benchmarks/sandbox_limits.py``.
+``perf/sandbox_limits.py``.
 """
 
 from __future__ import annotations

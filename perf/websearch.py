@@ -1,7 +1,7 @@
 """The offline web's search at 100k pages: queries/s of the BM25 inverted index vs an exhaustive
 scan, with recall@k of the index against the scan, measured side by side in one run.
 
-    python benchmarks/websearch.py [--pages 100000] [--queries 300] [--scan-queries 60] [--k 10]
+    python perf/websearch.py [--pages 100000] [--queries 300] [--scan-queries 60] [--k 10]
 
 Pages are built from real news text: sentences of the bundled livenews sample (RealTimeQA
 search results) drawn at random, 6-12 per page, with dates over 2022-2023 and domains from the

@@ -2,12 +2,12 @@
 do, vs dateline's concurrent harness, against the same fake model server with a real model's
 latency; prints both wall times and the speed-up.
 
-    python benchmarks/sequential_baseline.py [--tasks 22] [--scale 1] [--max-batch 8] [--inflight 8]
-    python benchmarks/sequential_baseline.py --tasks 6 --scale 20          # quick
+    python perf/sequential_baseline.py [--tasks 22] [--scale 1] [--max-batch 8] [--inflight 8]
+    python perf/sequential_baseline.py --tasks 6 --scale 20          # quick
 
 Goal (issue): speed-up >= 5x with the fake server's latency set to a real model's.
 
-The server (``benchmarks/_fake_server.py``, aiohttp on loopback, its own process) answers each
+The server (``perf/_fake_server.py``, aiohttp on loopback, its own process) answers each
 turn with a valid action (search, insert, terminate, rephrase) after a latency from its engine
 model: serialized prefill at ``--prefill-tps`` (430 prompt tokens/s) over the prompt tokens the
 prefix cache does not hold, and continuous-batching decode at 8 tokens/s for one request rising

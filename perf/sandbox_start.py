@@ -7,7 +7,7 @@
 * the limits: a regex bomb through the grep tool, and the worker's peak memory around 300 MB of
   snippet output.
 
-    python benchmarks/sandbox_start.py [--runs 20] [--old 870278b]
+    python perf/sandbox_start.py [--runs 20] [--old 870278b]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """vLLM on this CPU: bfloat16 against float32, side by side in one run.
 
-    python benchmarks/cpu_dtype.py                     # both dtypes, 8 requests at once, 64 tokens each
-    python benchmarks/cpu_dtype.py --dtypes float32    # one
+    python perf/cpu_dtype.py                     # both dtypes, 8 requests at once, 64 tokens each
+    python perf/cpu_dtype.py --dtypes float32    # one
 
 ``conf/model/local_cpu.yaml`` serves the offline model in bfloat16, the dtype its safetensors
 folder is saved in. Whether that is the faster choice depends on the CPU: vLLM's CPU kernels
@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.engine_ceiling import model_config, reset_prefix_cache, start_server  # noqa: E402
+from perf.engine_ceiling import model_config, reset_prefix_cache, start_server  # noqa: E402
 
 log = logging.getLogger("cpu_dtype")
 

@@ -1,6 +1,6 @@
 """The driver's reads of a 100k-episode run dir: projected pyarrow reads vs the old whole-shard reads.
 
-    python benchmarks/store_scale.py [--episodes 100000] [--shards 100] [--configs 10] [--output-chars 1500]
+    python perf/store_scale.py [--episodes 100000] [--shards 100] [--configs 10] [--output-chars 1500]
 
 Writes synthetic newsagent episode rows (5% error rows, each later rewritten ok in another
 shard) into ``--shards`` shards of a temporary run dir, then times side by side, checking that

@@ -1,9 +1,9 @@
 """Harness headroom: steps/s and concurrent episodes dateline's episode harness sustains when the
 model answers instantly, search included, and the driver's peak memory at 100k planned episodes.
 
-    python benchmarks/harness_headroom.py [--benchmarks newsagent,livenews] [--modes inprocess,ray]
+    python perf/harness_headroom.py [--benchmarks newsagent,livenews] [--modes inprocess,ray]
         [--concurrency 100,500,2000] [--episodes-factor 2] [--workers 2] [--plan-episodes 100000]
-    python benchmarks/harness_headroom.py --concurrency 30 --min-episodes 60 --plan-episodes 5000   # quick
+    python perf/harness_headroom.py --concurrency 30 --min-episodes 60 --plan-episodes 5000   # quick
 
 The defaults are the full measurement; newsagent's C=2000 level alone takes 6-11 min per mode on
 2 cores (its MiniLM embeddings bound it), so pick benchmarks, modes and levels with the flags.
@@ -11,7 +11,7 @@ The defaults are the full measurement; newsagent's C=2000 level alone takes 6-11
 Goals (issue): >= 300 steps/s and >= 2,000 concurrent episodes on 2 cores with 0 errors; driver
 peak memory <= 2 GB at 100k planned episodes.
 
-What runs: an instant OpenAI-compatible server (``benchmarks/_fake_server.py``, aiohttp on
+What runs: an instant OpenAI-compatible server (``perf/_fake_server.py``, aiohttp on
 loopback, its own process) answers every turn at once with a valid action: newsagent searches
 (a firsthand sentence; after an empty result the title, ...), inserts the first retrieved object,
 terminates and rephrases (~4.3 model steps, ~1.4 searches and 2 embedding calls per episode);

@@ -1,6 +1,6 @@
 """Batched, time-aware FAISS search vs per-query numpy brute force, measured side by side.
 
-    python benchmarks/search.py [--objects 200000] [--queries 1000] [--dim 384] [--dates 60]
+    python perf/search.py [--objects 200000] [--queries 1000] [--dim 384] [--dates 60]
 
 Vectors are random unit vectors of MiniLM's width (embedding 200k real sentences would take
 most of an hour on 2 cores and does not change search cost). Objects get dates over ~3 years;

@@ -1,8 +1,8 @@
 """Engine ceiling: how close the agent harness drives a real vLLM server to what the server can
 do with the same requests.
 
-    python benchmarks/engine_ceiling.py                       # 8 newsagent tasks, the offline model
-    python benchmarks/engine_ceiling.py --tasks 4 --max-operations 3         # quick
+    python perf/engine_ceiling.py                       # 8 newsagent tasks, the offline model
+    python perf/engine_ceiling.py --tasks 4 --max-operations 3         # quick
 
 1. **agent**: newsagent episodes (``--tasks``, all at once, ``--inflight`` requests in flight,
    as a run does: :class:`engine.dispatch.EpisodeRunner`, MiniLM + FAISS index in process)

@@ -2,8 +2,8 @@
 temperature 0, each run in a different arrival order (reversed, staggered), with
 ``model.reproducible`` off and then on; how many actions and metrics differ from the first run.
 
-    python benchmarks/determinism.py                       # 4 tasks x 3 runs, off then on
-    python benchmarks/determinism.py --tasks 8 --runs 4 --modes off
+    python perf/determinism.py                       # 4 tasks x 3 runs, off then on
+    python perf/determinism.py --tasks 8 --runs 4 --modes off
 
 Off, the server batches up to ``max_num_seqs`` requests and reuses cached prefixes, so what a
 request is computed with (its batch mates, a cache hit or not) depends on arrival order. On

@@ -1,6 +1,6 @@
 """A 4-point livenews search-budget sweep (``agent.max_searches=1,3,5,7``) as one job vs the
 largest point alone, against the same fake OpenAI-compatible server with a real model's latency
-(``benchmarks/_fake_server.py``: continuous batching, prefill and decode rates of the offline
+(``perf/_fake_server.py``: continuous batching, prefill and decode rates of the offline
 0.5B model on this CPU, ``--scale`` divides them). Issue 11's goal: sweep wall ÷ largest-point
 wall ≤ 1.3 — one queue per model keeps the engine's batch full across points, so the small points
 ride along in the slots the largest one leaves idle.
@@ -8,8 +8,8 @@ ride along in the slots the largest one leaves idle.
 Both runs share one Ray session (started by a one-episode warm-up, not timed) and write to fresh
 run dirs; the judge is off (generation is what overlaps).
 
-    python benchmarks/sweep_overlap.py                # 12 questions per point, real latency
-    python benchmarks/sweep_overlap.py --scale 4      # quicker
+    python perf/sweep_overlap.py                # 12 questions per point, real latency
+    python perf/sweep_overlap.py --scale 4      # quicker
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks._fake_server import FakeServer, add_latency_args, latency_from_args  # noqa: E402
+from perf._fake_server import FakeServer, add_latency_args, latency_from_args  # noqa: E402
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ makes none), beside the same calls written with their full
 message lists inline (one JSON string per call, same Parquet writer, same compression); then the
 projection to 100,000 episodes and what that holds on S3 Standard at $0.023 per GB-month.
 
-    python benchmarks/transcript_storage.py runs/newsagent-sample runs/livenews-sample runs/analyst-sample
+    python perf/transcript_storage.py runs/newsagent-sample runs/livenews-sample runs/analyst-sample
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ vLLM engine with continuous batching, a fluid model with these parts:
   (``n**(1-a)``) with the batch. Progress is integrated between events (arrival, completion).
 * ``--scale`` divides every latency (quick runs); reported token counts do not change.
 
-Run it on its own (``python benchmarks/_fake_server.py --port 8000 --latency model``) or through
+Run it on its own (``python perf/_fake_server.py --port 8000 --latency model``) or through
 :class:`FakeServer`, which starts it as a subprocess and stops it on exit. ``GET /stats``
 returns counters, ``POST /reset`` clears them and the prefix cache.
 """
