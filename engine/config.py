@@ -25,10 +25,20 @@ class ModelConfig:
     served_name: str = ""
     # openai_compatible: the endpoint, e.g. https://api.example.com/v1
     base_url: str = ""
+    # openai_compatible: several endpoints serving the same model (a lab's Serve LLM, KServe or vLLM
+    # fleet), used instead of base_url; episodes are routed over them like hosted replicas (sticky,
+    # least-loaded, failover), max_inflight_per_replica each.
+    base_urls: list[str] = field(default_factory=list)
     # openai_compatible: the *name* of the environment variable holding the API key (never the key).
     api_key_env: str = ""
-    # Number of model replicas (each one vLLM server); episodes stick to one replica.
-    replicas: int = 1
+    # Number of model replicas (each one vLLM server); episodes stick to one replica. "auto": as
+    # many as the GPUs (CPUs for a CPU model) available to its wave hold, shared among the wave's
+    # auto models in proportion to their projected tokens (ray_jobs/sizing.py).
+    replicas: Any = 1
+    # The pool serves once this many replicas are healthy; the others join as they come up, and one
+    # that fails to start is retried (max_start_failures times) without failing the run. Null: all.
+    min_replicas: int | None = 1
+    max_start_failures: int = 3
     # Ray resources per replica. GPUs are requested as tensor_parallel_size * pipeline_parallel_size.
     num_cpus: float = 2.0
     num_gpus: float = 0.0
@@ -59,8 +69,10 @@ class ModelConfig:
     max_inflight_per_replica: int = 8
     # Seconds to wait for a replica's /health.
     startup_timeout_s: float = 900.0
-    # During a run the driver checks every replica's /health this often (seconds); a server that
-    # died, or failed this many checks in a row, is restarted (its episodes fail over meanwhile).
+    # During a run the driver checks every replica this often (seconds): /health, and /metrics for
+    # progress (engine/hosting/liveness.py). A dead, wedged (requests running, no tokens) or
+    # unanswering one leaves rotation at once and is restarted after unhealthy_checks checks in a
+    # row; a saturated one (late /health, tokens advancing) is never restarted.
     health_check_s: float = 15.0
     unhealthy_checks: int = 3
     # Per-request timeout and retries for transient errors.
@@ -114,6 +126,11 @@ class ClusterConfig:
     worker_num_cpus: float = 0.25
     # Custom Ray resources per episode worker actor (e.g. {worker: 1} to pin workers to such nodes).
     worker_resources: dict[str, float] = field(default_factory=dict)
+    # Episodes in flight per model: "fixed" (num_workers x episodes_per_worker, every model alike)
+    # or "auto" (replicas x engine batch / model_time_share, per model; workers to match):
+    # ray_jobs/sizing.py. model_time_share: the part of an episode's time spent in model calls.
+    concurrency: str = "fixed"
+    model_time_share: float = 0.7
     max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
     num_cpus: Optional[int] = None
@@ -128,10 +145,14 @@ class ClusterConfig:
     runtime_env: dict[str, Any] = field(default_factory=dict)
 
 
+BUDGET_SCOPES = ("point", "sweep")
+
+
 @dataclass
 class BudgetConfig:
-    """Caps on what one configuration may spend in a run directory, counted over every run of it
-    there (docs/design/budget.md). Null: no cap. At a cap no new model call starts, in-flight calls
+    """Caps on what one configuration (``scope: point``) or all configurations of a sweep
+    (``scope: sweep``) may spend in their run directories, counted over every run of them there
+    (docs/design/budget.md). Null: no cap. At a cap no new model call starts, in-flight calls
     finish, unfinished episodes are stored as ``budget_exhausted``; the same command with a larger
     budget resumes them."""
     # US dollars: tokens at model.price_*_per_mtok plus replica uptime at model.price_gpu_hour.
@@ -142,6 +163,11 @@ class BudgetConfig:
     max_output_tokens: Optional[int] = None
     # Replica uptime in GPU hours (GPUs per replica; a CPU-only replica counts one per hour).
     max_gpu_hours: Optional[float] = None
+    # What the caps cover when several configurations run as one sweep (dateline run -m ...):
+    # "sweep", one ledger and one cap for all its points (at the cap every point stops; all points
+    # must set the same caps); "point", a ledger per configuration. A single configuration is its
+    # own sweep either way.
+    scope: str = "sweep"
 
 
 @dataclass
@@ -318,6 +344,8 @@ def redact(obj: Any) -> Any:
                 out[k] = REDACTED
             elif k == "base_url" and isinstance(v, str):
                 out[k] = redact_url(v)
+            elif k == "base_urls" and isinstance(v, (list, tuple)):
+                out[k] = [redact_url(str(u)) for u in v]
             else:
                 out[k] = redact(v)
         return out
@@ -339,12 +367,13 @@ def secret_values(obj: Any) -> set[str]:
                 out |= {str(x) for x in v.values() if x not in (None, "")}
             elif k in ("api_key", "password", "token") and v:
                 out.add(str(v))
-            elif k == "base_url" and isinstance(v, str):
-                try:
-                    u = urlsplit(v)
-                    out |= {x for x in (u.query, u.username, u.password) if x}
-                except ValueError:
-                    out.add(v)
+            elif k in ("base_url", "base_urls") and isinstance(v, (str, list, tuple)):
+                for url in ([v] if isinstance(v, str) else [str(x) for x in v]):
+                    try:
+                        u = urlsplit(url)
+                        out |= {x for x in (u.query, u.username, u.password) if x}
+                    except ValueError:
+                        out.add(url)
             else:
                 out |= secret_values(v)
     elif isinstance(obj, (list, tuple)):
@@ -367,6 +396,14 @@ def config_labels(items: list[tuple[str, dict[str, Any], str]]) -> list[str]:
 def stable_hash(*parts: Any, n: int = 16) -> str:
     blob = json.dumps([to_plain(p) for p in parts], sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def replica_count(m: ModelConfig, resolved: int | None = None) -> int:
+    """Replicas of ``m``: its count, or for ``replicas: auto`` the resolved one (``resolved``), else
+    1, the least it runs with (what plans and local clusters count before sizing)."""
+    if m.replicas == "auto":
+        return resolved if resolved is not None else 1
+    return int(m.replicas)
 
 
 def engine_batch(m: ModelConfig) -> int:
@@ -396,7 +433,14 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(m.kind in ("vllm", "openai_compatible"), f"{where}.kind", f"must be vllm or openai_compatible, got {m.kind!r}")
     if m.kind == "vllm":
         _check(bool(m.path), f"{where}.path", "required for kind=vllm (a local model folder)")
-        _check(m.replicas >= 1, f"{where}.replicas", "must be >= 1")
+        _check(m.replicas == "auto" or (isinstance(m.replicas, int) and not isinstance(m.replicas, bool)
+                                        and m.replicas >= 1), f"{where}.replicas",
+               f"must be an integer >= 1 or auto, got {m.replicas!r}")
+        top = m.replicas if isinstance(m.replicas, int) else None
+        _check(m.min_replicas is None or (isinstance(m.min_replicas, int) and 1 <= m.min_replicas <= (top or m.min_replicas)),
+               f"{where}.min_replicas", f"must be between 1 and replicas ({m.replicas}), or null, got {m.min_replicas!r}")
+        _check(isinstance(m.max_start_failures, int) and m.max_start_failures >= 1, f"{where}.max_start_failures",
+               "must be an integer >= 1")
         _check(m.tensor_parallel_size >= 1, f"{where}.tensor_parallel_size", "must be >= 1")
         if m.tensor_parallel_size > 1:
             _check(m.num_gpus >= m.tensor_parallel_size, f"{where}.num_gpus",
@@ -408,7 +452,16 @@ def validate_model(m: ModelConfig, where: str) -> None:
         _check(m.bind in ("auto", "loopback", "node"), f"{where}.bind", "must be auto, loopback or node")
         _check_resources(m.resources, f"{where}.resources")
     else:
-        _check_url(m.base_url, f"{where}.base_url", "required for kind=openai_compatible")
+        _check(not (m.base_url and m.base_urls), f"{where}.base_urls",
+               "give base_url (one endpoint) or base_urls (several), not both; with base_urls add "
+               f"{where}.base_url= (the openai_compatible preset sets base_url from $DATELINE_BASE_URL)")
+        if m.base_urls:
+            for i, url in enumerate(m.base_urls):
+                _check_url(url, f"{where}.base_urls[{i}]", "must not be empty")
+            _check(len({u.rstrip("/") for u in m.base_urls}) == len(m.base_urls), f"{where}.base_urls",
+                   "lists the same endpoint twice")
+        else:
+            _check_url(m.base_url, f"{where}.base_url", "required for kind=openai_compatible (or base_urls)")
         if m.api_key_env:
             _check(m.api_key_env in os.environ, f"{where}.api_key_env",
                    f"environment variable {m.api_key_env!r} is not set")
@@ -515,6 +568,9 @@ def validate(cfg: Config) -> None:
     _check(c.num_workers >= 1, "cluster.num_workers", "must be >= 1")
     _check(c.episodes_per_worker >= 1, "cluster.episodes_per_worker", "must be >= 1")
     _check(c.max_episode_attempts >= 1, "cluster.max_episode_attempts", "must be >= 1")
+    _check(c.concurrency in ("fixed", "auto"), "cluster.concurrency", f"must be fixed or auto, got {c.concurrency!r}")
+    _check(_finite(c.model_time_share) and 0 < c.model_time_share <= 1, "cluster.model_time_share",
+           f"must be in (0, 1], got {c.model_time_share!r}")
     _non_negative(c.worker_num_cpus, "cluster.worker_num_cpus")
     _check(c.num_cpus is None or c.num_cpus >= 1, "cluster.num_cpus", "must be >= 1 or null (all)")
     _check_resources(c.worker_resources, "cluster.worker_resources")
@@ -530,6 +586,9 @@ def validate(cfg: Config) -> None:
     for cap in ("max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours"):
         v = getattr(r.budget, cap)
         _check(v is None or (_finite(v) and v >= 0), f"run.budget.{cap}", f"must be >= 0 or null, got {v!r}")
+    _check(r.budget.scope in BUDGET_SCOPES, "run.budget.scope",
+           f"must be one of {BUDGET_SCOPES} (one ledger per configuration, or one for the whole sweep), "
+           f"got {r.budget.scope!r}")
     validate_judge(cfg.judge)
     from engine.benchmarks import get_benchmark
 

@@ -36,6 +36,9 @@ class Endpoint:
     # a hosted replica's key, generated per model pool (engine/hosting/replica.py): held in
     # memory, handed to clients with the endpoint, never printed (repr) or written
     api_key: str = field(default="", repr=False, compare=False)
+    # False while its pool holds the replica out of rotation (wedged, down, restarting, not yet
+    # started): no new episode goes there, and an episode pinned there moves
+    in_rotation: bool = True
 
 
 @dataclass
@@ -287,11 +290,17 @@ class Router:
     re-routed to the least-loaded live replica (the episode sticks to the new one); when none is
     live, the call waits for one to answer ``/health`` again (a restarted server) for up to
     ``reroute_wait_s``. An unhealthy replica is probed again after ``recheck_s``. The driver
-    pushes new endpoint lists (a replica re-created elsewhere) with :meth:`update`."""
+    pushes new endpoint lists (a replica re-created elsewhere, one taken out of or back into
+    rotation by its pool's health checks) with :meth:`update`.
+
+    Re-pinning: an episode whose replica holds more active episodes than its in-flight bound (so
+    they queue for it), more than ``repin_ratio`` times those of the least-loaded live replica and
+    at least ``repin_min_gap`` more, moves there at its next call (one prefix re-computed, instead of a replica that came back from a restart, or was added
+    late, sitting idle while another one queues)."""
 
     def __init__(self, endpoints: list[Endpoint], sampling: SamplingParams, max_inflight_per_replica: int = 8,
-                 reroute_wait_s: float = 0.0, recheck_s: float = 5.0, max_retries_per_episode: int | None = None
-                 ) -> None:
+                 reroute_wait_s: float = 0.0, recheck_s: float = 5.0, max_retries_per_episode: int | None = None,
+                 repin_ratio: float = 2.0, repin_min_gap: int = 4) -> None:
         self.max_retries_per_episode = max_retries_per_episode     # each EpisodeClient's RetryBudget
         self.on_call: Callable[[dict[str, Any], Completion, float, float], None] | None = None   # see ChatClient
         self.endpoints = list(endpoints)
@@ -303,6 +312,9 @@ class Router:
         self._down: dict[int, float] = {}                   # replica index -> when marked unhealthy
         self._sticky: dict[str, int] = {}                   # episode id -> replica index
         self.reroutes = 0
+        self.repin_ratio = repin_ratio
+        self.repin_min_gap = repin_min_gap
+        self.repins = 0
 
     # -- state -------------------------------------------------------------------------------
     def update(self, endpoints: list[Endpoint]) -> None:
@@ -311,6 +323,9 @@ class Router:
         self._down.clear()
 
     def healthy(self, i: int) -> bool:
+        ep = self.endpoints[i]
+        if not (ep.in_rotation and ep.base_url):
+            return False
         t = self._down.get(i)
         return t is None or time.monotonic() - t >= self.recheck_s
 
@@ -325,12 +340,23 @@ class Router:
         return n
 
     def pick(self, episode_id: str) -> int:
+        n = len(self.endpoints)
         i = self._sticky.get(episode_id)
-        if i is not None and i < len(self.endpoints) and self.healthy(i):
-            return i
-        live = [j for j in range(len(self.endpoints)) if self.healthy(j)] or list(range(len(self.endpoints)))
+        sticky = i is not None and i < n and self.healthy(i)
+        live = [j for j in range(n) if self.healthy(j)]
         load, h = self.load(), zlib.crc32(episode_id.encode())
-        j = min(live, key=lambda j: (load[j], (h + j) % len(self.endpoints)))
+        if sticky:
+            assert i is not None
+            least = min(live, key=lambda j: load[j])
+            if not (load[i] > self.max_inflight_per_replica and load[i] > self.repin_ratio * (load[least] + 1)
+                    and load[i] - load[least] >= self.repin_min_gap):
+                return i
+            self.repins += 1
+            log.info("re-pinning episode %s from replica %d (%d active) to %d (%d active)", episode_id, i, load[i],
+                     least, load[least])
+        # none live: any with an address (a call there fails over, or waits for a restart)
+        live = live or [j for j in range(n) if self.endpoints[j].base_url] or list(range(n))
+        j = min(live, key=lambda j: (load[j], (h + j) % n))
         self._sticky[episode_id] = j
         return j
 
@@ -357,6 +383,8 @@ class Router:
         async with httpx.AsyncClient(timeout=5.0) as http:
             while time.monotonic() < deadline:
                 for i, ep in enumerate(self.endpoints):
+                    if not (ep.in_rotation and ep.base_url):
+                        continue
                     root = ep.base_url[:-3] if ep.base_url.endswith("/v1") else ep.base_url
                     try:
                         if (await http.get(root + "/health")).status_code == 200:

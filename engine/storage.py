@@ -40,7 +40,9 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Sequence, TypeAlias, cast
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypeAlias, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -209,6 +211,10 @@ def episode_schema(extra: Iterable[pa.Field[Any]]) -> pa.Schema:
     return pa.schema(EPISODE_FIELDS + list(extra))
 
 
+_T = TypeVar("_T")
+_DONE = object()
+
+
 def _batch_id() -> str:
     return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
 
@@ -357,6 +363,14 @@ class _ShardedDir:
                 (Path(self.base) / sub).mkdir(parents=True, exist_ok=True)
         else:
             self.root.mkdir(parents=True, exist_ok=True)
+
+    def remote_dir(self, sub: str) -> str:
+        """The URI of ``sub`` inside a remote run dir (its options kept: ``s3://b/p/logs?endpoint_
+        override=...``), where what lives in :attr:`root` on a node is copied; "" for a local store."""
+        if self.local:
+            return ""
+        head, q, query = self.uri.partition("?")
+        return f"{head.rstrip('/')}/{sub}{q}{query}"
 
     # -- paths and atomic writes ------------------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -846,22 +860,52 @@ class EpisodeStore(_ShardedDir):
             return
         idx = np.asarray(keep(files), dtype=np.int64)
         frags = list(self._dataset(sub, schema, files).get_fragments())
-        offsets = np.cumsum([0] + [f.count_rows() for f in frags])
+        offsets = np.cumsum([0] + self._map(lambda f: f.count_rows(), frags))
         name = f"part-{time.time_ns():020d}-compact.parquet"
         staged = self._path("_staging", f"{sub}-{name}")
+        spans = [(i, *np.searchsorted(idx, [offsets[i], offsets[i + 1]])) for i in range(len(frags))]
+        spans = [(i, lo, hi) for i, lo, hi in spans if hi > lo]
         buf: list[pa.Table] = []
         with pq.ParquetWriter(staged, schema, filesystem=self.fs) as w:
-            for i, frag in enumerate(frags):
-                lo, hi = np.searchsorted(idx, [offsets[i], offsets[i + 1]])
-                if hi > lo:
-                    t = frag.to_table(schema=schema)
-                    buf.append(t.take(pa.array(idx[lo:hi] - offsets[i])))
-                if buf and (sum(b.num_rows for b in buf) >= rows_per_group or i == len(frags) - 1):
+            tables = self._ordered(lambda s: frags[s[0]].to_table(schema=schema), spans)
+            for n, ((i, lo, hi), t) in enumerate(zip(spans, tables)):
+                buf.append(t.take(pa.array(idx[lo:hi] - offsets[i])))
+                if sum(b.num_rows for b in buf) >= rows_per_group or n == len(spans) - 1:
                     w.write_table(pa.concat_tables(buf))
                     buf = []
         self._publish(staged, self._path(sub, name))
-        for f in files:
-            self.fs.delete_file(f)
+        self._map(self.fs.delete_file, files)
+
+    # remote I/O is one round trip per object: compaction's footer reads, shard reads and deletes
+    # run this many at a time on a remote filesystem (one at a time on a local disk, as before)
+    REMOTE_IO_THREADS = 16
+
+    def _map(self, fn: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
+        """``[fn(x) for x in items]``; on a remote filesystem from a pool of threads."""
+        if self.local or len(items) <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(min(self.REMOTE_IO_THREADS, len(items))) as ex:
+            return list(ex.map(fn, items))
+
+    def _ordered(self, fn: Callable[[Any], _T], items: Sequence[Any]) -> Iterator[_T]:
+        """``fn(x)`` for each item, in order; on a remote filesystem up to ``REMOTE_IO_THREADS``
+        ahead of the consumer (so at most that many results are held at once)."""
+        if self.local:
+            yield from (fn(x) for x in items)
+            return
+        with ThreadPoolExecutor(self.REMOTE_IO_THREADS) as ex:
+            ahead: deque[Future[_T]] = deque()
+            rest = iter(items)
+            for x in rest:
+                ahead.append(ex.submit(fn, x))
+                if len(ahead) >= self.REMOTE_IO_THREADS:
+                    break
+            while ahead:
+                out = ahead.popleft().result()
+                nxt = next(rest, _DONE)
+                if nxt is not _DONE:
+                    ahead.append(ex.submit(fn, nxt))
+                yield out
 
 
 class PairwiseStore(_ShardedDir):

@@ -226,6 +226,8 @@ class Engine:
     running: list[_Req] = field(default_factory=list)
     busy_s: float = 0.0
     max_running: int = 0
+    # (start, end, requests in the batch): the batch's occupancy over time, for batch_occupancy()
+    segments: list[tuple[float, float, int]] = field(default_factory=list)
     _wake: asyncio.Event | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -257,6 +259,7 @@ class Engine:
                 if work > 0:
                     await asyncio.sleep(work)
                 self.busy_s += loop.time() - t0
+                self.segments.append((t0, loop.time(), len(self.running) + len(admitted)))
                 for r in admitted:
                     if r.remaining <= 0:
                         r.done.set_result(None)
@@ -279,6 +282,7 @@ class Engine:
                     pass
             dt = loop.time() - t0
             self.busy_s += dt
+            self.segments.append((t0, t0 + dt, n))
             still = []
             for r in self.running:
                 r.remaining -= rate * dt
@@ -287,6 +291,19 @@ class Engine:
                 else:
                     still.append(r)
             self.running = still
+
+
+    def batch_occupancy(self, lo: float = 0.0, hi: float = 1.0) -> float:
+        """Mean share of the batch's ``max_batch`` slots in use, over the part ``[lo, hi]`` of the
+        time from the first request to the last one finished (idle gaps count as empty)."""
+        if not self.segments:
+            return 0.0
+        t_first, t_last = self.segments[0][0], max(e for _, e, _ in self.segments)
+        a, b = t_first + lo * (t_last - t_first), t_first + hi * (t_last - t_first)
+        if b <= a:
+            return 0.0
+        used = sum(max(0.0, min(e, b) - max(s, a)) * n for s, e, n in self.segments)
+        return used / ((b - a) * self.model.max_batch)
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -360,7 +377,10 @@ def make_app(latency: LatencyModel | None, thought_words: int, delay_s: float = 
     async def get_stats(request: web.Request) -> web.Response:
         d = stats.as_dict()
         if engine is not None:
-            d.update(engine_busy_s=round(engine.busy_s, 3), engine_max_running=engine.max_running)
+            d.update(engine_busy_s=round(engine.busy_s, 3), engine_max_running=engine.max_running,
+                     batch_occupancy=round(engine.batch_occupancy(), 4),
+                     # the body: without the first and last 10% of the time (start-up and the tail)
+                     batch_occupancy_body=round(engine.batch_occupancy(0.1, 0.9), 4))
         return web.json_response(d)
 
     async def reset(request: web.Request) -> web.Response:
@@ -369,6 +389,7 @@ def make_app(latency: LatencyModel | None, thought_words: int, delay_s: float = 
         if engine is not None:
             engine.busy_s = 0.0
             engine.max_running = 0
+            engine.segments.clear()
         return web.json_response({"ok": True})
 
     app = web.Application(client_max_size=64 * 1024 * 1024)

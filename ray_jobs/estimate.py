@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.config import Config, to_plain, validate
+from engine.config import Config, replica_count, to_plain, validate
 from engine.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.progress import table
 from engine.storage import EpisodeStore
@@ -166,11 +166,11 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
     jp = judge_prices(to_plain(j), model_plain)
     prices: dict[str, Prices] = {"model": Prices.of_model(model_plain), "judge": jp.tokens}
     self_judge = j.kind == "self"
-    model_replicas = m.replicas if m.kind == "vllm" and (uses_model or self_judge) else 0
+    model_replicas = replica_count(m) if m.kind == "vllm" and (uses_model or self_judge) else 0
     judge_replicas = 0
     if jm is not None and jm.kind == "vllm" and jm != m:
         prices["judge_model"] = jp.uptime
-        judge_replicas = jm.replicas
+        judge_replicas = replica_count(jm)
     return Projection(label=label or full.config_hash[:8], benchmark=bench.name,
                       model=m.name if uses_model else "none", config_hash=full.config_hash,
                       pilot_dir=str(pilot.run_dir),

@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Coroutine, TypeVar
 
-from engine.budget import BudgetExhausted, BudgetGate, current_gate
+from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
 from engine import transcripts
 from engine.judges import JudgeIdentity, evaluation_settings, judge_identity
@@ -127,7 +127,7 @@ class JudgeCaller:
                 try:
                     c = await client.chat(req.messages, req.max_tokens, json_schema=req.json_schema,
                                           seed=attempt - 1)
-                except BudgetExhausted:       # the run's budget is spent: no row, the next run asks again
+                except (BudgetExhausted, LedgerLost):    # spent, or its ledger lost: no row, the next run asks again
                     stats["budget_exhausted"] += 1
                     stats["tokens_in"] += row["tokens_in"]
                     stats["tokens_out"] += row["tokens_out"]

@@ -27,7 +27,7 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.config import Config, ModelConfig, PairwiseConfig, to_plain, validate_pairwise
+from engine.config import Config, ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
 from engine.judges import judge_identity
 from engine.errors import ConfigError
 from engine.pairwise import REFERENCE, Comparison, labels, plan
@@ -172,7 +172,7 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
     try:
         if requests:
             def hosted(m: ModelConfig) -> list[Any]:
-                session.ensure_ray(cfg, m.replicas * m.num_cpus if m.kind == "vllm" else 0)
+                session.ensure_ray(cfg, replica_count(m) * m.num_cpus if m.kind == "vllm" else 0)
                 return session.pool(m, store.root / "logs")
 
             t1 = time.time()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from collections import defaultdict, deque
@@ -22,8 +23,9 @@ import pyarrow.compute as pc
 
 from engine.benchmarks import get_benchmark
 from engine.budget import Caps
-from engine.config import Config, ModelConfig, engine_batch, judge_model_config, stable_hash, to_plain, validate
-from engine.errors import ConfigError, StoreWriteError, WorkerStartError
+from engine.config import (Config, ModelConfig, engine_batch, judge_model_config, replica_count, stable_hash, to_plain,
+                           validate)
+from engine.errors import ConfigError, WorkerStartError
 from engine.hosting.weights import weights_id, weights_identity
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, evaluation_settings, judged_views, self_judged_note
@@ -34,10 +36,13 @@ from engine.paths import repo_path
 from engine.progress import Progress, table
 from engine.protocol import Benchmark, BenchmarkBase, dumps
 from engine.storage import EpisodeStore, is_uri, metric_rows
-from ray_jobs.budget import (RunBudget, budget_exhausted_rows, exhausted_before_start, judge_budget_gate,
-                             judge_prices_match, start_budget)
+from engine.writer import StoreWriter
+from ray_jobs.budget import (RunBudget, SweepLedger, budget_exhausted_rows, check_sweep_budgets,
+                             exhausted_before_start, judge_budget_gate, judge_prices_match, start_budget,
+                             sweep_ledger)
 from ray_jobs.judge import JudgeStream, judge_endpoints, pending_requests, run_judge_identity
 from ray_jobs.session import Session
+from ray_jobs.sizing import derived_workers, projected_tokens, size_replicas, sized
 
 log = logging.getLogger("dateline.run")
 
@@ -173,8 +178,8 @@ def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
     self_judge = j.kind == "self"
     hosted = m.kind == "vllm" and (bench.uses_model(cfg.agent) or self_judge)
     jm = j.hosted_model if j.kind == "hosted" else None
-    judge_cpus = jm.replicas * jm.num_cpus if jm is not None and jm.kind == "vllm" and jm != m else 0
-    return ((m.replicas * m.num_cpus if hosted else 0) + judge_cpus + cfg.index.num_cpus
+    judge_cpus = replica_count(jm) * jm.num_cpus if jm is not None and jm.kind == "vllm" and jm != m else 0
+    return ((replica_count(m) * m.num_cpus if hosted else 0) + judge_cpus + cfg.index.num_cpus
             + c.num_workers * c.worker_num_cpus + sum(s.num_cpus for s in bench.services(cfg)))
 
 
@@ -192,18 +197,21 @@ class Point:
     pools: tuple[str, ...]       # hosted model pools it needs (model under test, judge model)
     info: dict[str, Any]
     budget: RunBudget | None = None
+    ledger: SweepLedger | None = None     # the sweep's one ledger (run.budget.scope=sweep), if it has one
     setup: WorkerSetup | None = None
     index: Any = None            # its index actor and service actors (while generating)
     services: dict[str, Any] = field(default_factory=dict)
 
 
 def pool_demand(m: ModelConfig) -> dict[str, float]:
-    """Ray resources all replicas of ``m`` ask for (nothing for an external endpoint)."""
+    """Ray resources all replicas of ``m`` ask for (nothing for an external endpoint); one replica
+    for ``replicas: auto`` (what it runs with at least: the wave is sized when it starts)."""
     if m.kind != "vllm":
         return {}
-    out = {"CPU": m.replicas * m.num_cpus, "GPU": m.replicas * m.num_gpus}
+    n = replica_count(m)
+    out = {"CPU": n * m.num_cpus, "GPU": n * m.num_gpus}
     for k, v in m.resources.items():
-        out[k] = out.get(k, 0.0) + m.replicas * float(v)
+        out[k] = out.get(k, 0.0) + n * float(v)
     return {k: v for k, v in out.items() if v}
 
 
@@ -243,7 +251,15 @@ def _failure_json(bench: Benchmark[Any], task: Any) -> str:
     return "" if own is None or own == dict(bench.failure_values) else dumps(own)
 
 
-def make_point(cfg: Config) -> Point:
+def make_point(cfg: Config, closed: str | None = None) -> Point:
+    """A point planned (its config and plan written to its run dir) and ready to run: ``closed``
+    is why its budget allows no call ("" none; None: ask its own ledger's records, a point ledger)."""
+    return open_point(plan_point(cfg), closed)
+
+
+def plan_point(cfg: Config) -> Point:
+    """A point planned, before its budget is asked (:func:`open_point`): ``generate`` says only
+    whether episodes are left, ``judge`` and ``pools`` are not decided yet."""
     validate(cfg)
     bench = get_benchmark(cfg.benchmark.name)
     # bad data (docs/design/data.md): the rows benchmark.on_bad_rows=skip dropped while plan()
@@ -263,8 +279,17 @@ def make_point(cfg: Config) -> Point:
     info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
     log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
              len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
-    generate = bool(p.todo)
-    closed = exhausted_before_start(cfg, store, p.config_hash)     # no call of this point may start
+    return Point(f"{p.config_hash}@{p.run_dir}", cfg, bench, p, store, uses_model, bool(p.todo), False, (), info)
+
+
+def open_point(pt: Point, closed: str | None = None) -> Point:
+    """Decide what a planned point does: nothing new when its budget is closed (``closed``, or
+    for None what its own records say: every episode left is stored as budget_exhausted), else
+    its episodes, its judge and the model pools they need."""
+    cfg, bench, p, store, info = pt.cfg, pt.bench, pt.plan, pt.store, pt.info
+    generate = pt.generate
+    if closed is None:
+        closed = exhausted_before_start(cfg, store, p.config_hash)     # no call of this point may start
     if generate and closed:
         log.warning("not starting %d episodes: %s (raise run.budget.* to resume)", len(p.todo), closed)
         info["budget_exhausted_before_start"] = closed
@@ -280,12 +305,12 @@ def make_point(cfg: Config) -> Point:
     judge = cfg.judge.kind != "none" and judges and not closed and (
         generate or bool(pending_requests(cfg, bench, store, p.config_hash, run_judge_identity(cfg, bench).id)))
     pools: list[str] = []
-    if generate and uses_model:
+    if generate and pt.uses_model:
         pools.append(Session.key(cfg.model))
     if judge and (jm := judge_model_config(cfg.model, cfg.judge)) is not None:
         pools.append(Session.key(jm))
-    return Point(f"{p.config_hash}@{p.run_dir}", cfg, bench, p, store, uses_model, generate, judge,
-                 tuple(dict.fromkeys(pools)), info)
+    pt.generate, pt.judge, pt.pools = generate, judge, tuple(dict.fromkeys(pools))
+    return pt
 
 
 def run_sweep(cfgs: list[Config], session: Session | None = None) -> list[dict[str, Any]]:
@@ -308,21 +333,33 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
     own = session is None
     session = session or Session()
     t0 = time.time()
+    check_sweep_budgets(cfgs)          # one ledger for the sweep: its points agree on it, before anything starts
     points: dict[str, Point] = {}
     order: list[str] = []
     for cfg in cfgs:
-        pt = make_point(cfg)
+        pt = plan_point(cfg)
         order.append(pt.key)
         points.setdefault(pt.key, pt)        # the same configuration twice runs once
+    ledger = sweep_ledger([(p.cfg, p.store, p.plan.config_hash) for p in points.values()])
+    closed = ledger.exhausted_before_start() if ledger is not None else None
+    for p in points.values():
+        mine = ledger is not None and p.plan.config_hash in ledger.hashes
+        p.ledger = ledger if mine else None
+        open_point(p, closed if mine else None)
     work = [p for p in points.values() if p.generate or p.judge]
     models = {Session.key(m): m for p in points.values()
               for m in (p.cfg.model, p.cfg.judge.hosted_model) if m is not None}
     try:
         if work:
-            _run_waves(work, models, session)
+            _run_waves(work, models, session, ledger)
     finally:
         if own:
             session.close()
+    if ledger is not None and ledger.final is not None:
+        # every point of the sweep's ledger records it (its run_id supersedes the live snapshot)
+        for p in points.values():
+            if p.ledger is ledger:
+                p.info["budget"] = ledger.record(ledger.final, p.plan.config_hash)
     # metrics once per run dir and benchmark, over everything in the store
     reduced: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in points.values():
@@ -349,6 +386,9 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
             out.write(f"**{w}**\n")
         if info["failures"]["kinds"]:
             out.write(failure_summary(info["failures"]) + "\n")
+        if info.get("budget_lost"):
+            out.write(f"BUDGET LEDGER LOST ({info['budget_lost'][:200]}): {info.get('unstarted', 0)} planned episodes "
+                      "left unstarted, none stored as a result; the same command runs them\n")
         out.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
                   f"{info.get('episodes_planned', 0)} run; model starts this session: {session.model_starts})\n")
         out.flush()
@@ -398,6 +438,9 @@ def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str
     bad = []
     for cfg, info in zip(cfgs, infos):
         f = info.get("failures") or {}
+        if info.get("budget_lost"):
+            bad.append(f"the run budget's ledger was lost: {info.get('unstarted', 0)} episodes left unstarted "
+                       "(the same command runs them)")
         if f.get("stopped_at_max_failures"):
             bad.append(f"stopped at run.max_failures={f['stopped_at_max_failures']}")
         elif f.get("errors") and cfg.run.fail_on_error:
@@ -409,7 +452,8 @@ def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str
                "run.fail_on_error=false keeps exit status 0 when failures are expected")
 
 
-def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Session) -> None:
+def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Session,
+               ledger: SweepLedger | None = None) -> None:
     import ray
 
     first = work[0].cfg
@@ -428,16 +472,30 @@ def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Sessi
     if needs_ray:
         # a local cluster fits every point alone (models beyond that are hosted in waves)
         session.ensure_ray(first, fixed["CPU"] + max(pool_demand_of(models, p.pools).get("CPU", 0.0) for p in work))
-        total = {k: float(v) for k, v in ray.cluster_resources().items()}
-        capacity = {k: v - fixed.get(k, 0.0) for k, v in total.items()}
+        # what is available now (another job's replicas are not), plus what this session's own
+        # pools hold (they are stopped or reused by the waves)
+        avail = {k: float(v) for k, v in ray.available_resources().items()}
+        for pool, _ in session.pools.values():
+            for r, v in pool_demand(pool.cfg).items():
+                avail[r] = avail.get(r, 0.0) + v
+        capacity = {k: v - fixed.get(k, 0.0) for k, v in avail.items()}
     waves = plan_waves(work, models, capacity)
     if len(waves) > 1:
         log.info("%d models do not fit the cluster at once: %d waves (%s)", len(models), len(waves),
                  "; ".join(", ".join(sorted({models[k].name for p in w for k in p.pools})) or "-" for w in waves))
-    for n, wave in enumerate(waves):
-        later = {k for w in waves[n + 1:] for p in w for k in p.pools}
-        _run_wave(wave, models, session)
-        session.stop_pools(keep=later)
+    # the sweep's one ledger lives across its waves: started before the first model, it counts
+    # each pool this sweep starts from its start, one already up from now
+    generating = [p.cfg for p in work if p.generate and p.ledger is not None]
+    if ledger is not None and generating and needs_ray:
+        ledger.start(session, {id(pool) for pool, _ in session.pools.values()}, generating)
+    try:
+        for n, wave in enumerate(waves):
+            later = {k for w in waves[n + 1:] for p in w for k in p.pools}
+            _run_wave(wave, models, session, fixed["CPU"])
+            session.stop_pools(keep=later)
+    finally:
+        if ledger is not None:
+            ledger.stop()
 
 
 def pool_demand_of(models: dict[str, ModelConfig], keys: Any) -> dict[str, float]:
@@ -448,22 +506,61 @@ def pool_demand_of(models: dict[str, ModelConfig], keys: Any) -> dict[str, float
     return out
 
 
-def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session) -> None:
+def _size_wave(wave: list[Point], keys: list[str], models: dict[str, ModelConfig], session: Session,
+               reserve_cpus: float) -> dict[str, ModelConfig]:
+    """The wave's models as they start: ``replicas: auto`` resolved against what the cluster has
+    available now (ray_jobs/sizing.py); pools already up keep theirs."""
+    to_start = {k: models[k] for k in keys if k not in session.pools and models[k].kind == "vllm"}
+    if not any(m.replicas == "auto" for m in to_start.values()):
+        return {k: models[k] for k in keys}
+    import ray._private.state as ray_state
+
+    nodes = [{k: float(v) for k, v in res.items() if not k.startswith("node:")}
+             for res in ray_state.available_resources_per_node().values()]
+    work: dict[str, float] = {}
+    sources: dict[str, set[str]] = defaultdict(set)
+    for p in wave:
+        for k in p.pools:
+            if k in to_start:
+                n = len(p.plan.todo) if p.generate else len(p.plan.specs)      # episodes to run, or to judge
+                tokens, source = projected_tokens(p.store, p.plan.config_hash, p.plan.run_dir, to_start[k].name,
+                                                  p.bench.name, n)
+                work[k] = work.get(k, 0.0) + tokens
+                sources[k].add(source)
+    counts = size_replicas(to_start, work, nodes, reserve_cpus)
+    out = {k: sized(models[k], counts[k]) if k in counts and models[k].replicas == "auto" else models[k] for k in keys}
+    for p in wave:
+        auto = {models[k].name: {"replicas": counts[k], "projected_tokens": round(work.get(k, 0.0)),
+                                 "from": sorted(sources[k])} for k in p.pools if k in counts and models[k].replicas == "auto"}
+        if auto:
+            p.info["replicas_auto"] = auto
+    return out
+
+
+def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session, reserve_cpus: float = 0.0) -> None:
     """Host the wave's models (at once), then run and judge every point of the wave together."""
     keys = list(dict.fromkeys(k for p in wave for k in p.pools))
     session.stop_pools(keep=set(keys))
+    for p in wave:              # the index embeds its corpus while the models load (an actor: not waited for)
+        if p.generate:
+            session.index(p.cfg, p.bench)
+    resolved = _size_wave(wave, keys, models, session, reserve_cpus)
     log_dir = {k: next(p.store.root for p in wave if k in p.pools) / "logs" for k in keys}
+    log_uri = {k: next(p.store.remote_dir("logs") for p in wave if k in p.pools) for k in keys}
     uptime0 = {k: session.replica_seconds(models[k]) for k in keys}
     started0 = set(session.pools)
     t0 = time.time()
+    # placement groups one model after another, largest replica first (ModelPool.reserve)
+    for k in sorted(keys, key=lambda k: (resolved[k].num_gpus, resolved[k].num_cpus), reverse=True):
+        session.reserve(resolved[k], log_dir[k], log_uri[k], key=k)
     with ThreadPoolExecutor(max(1, len(keys))) as ex:       # replicas of all the wave's models start at once
-        list(ex.map(lambda k: session.pool(models[k], log_dir[k], keep=set(keys)), keys))
+        list(ex.map(lambda k: session.pool(resolved[k], log_dir[k], keep=set(keys), log_uri=log_uri[k], key=k), keys))
     startup_s = time.time() - t0
     stream = JudgeStream()
     groups: dict[str, list[Point]] = defaultdict(list)
     claimed: set[str] = set()
     try:
-        for p in wave:
+        for p in wave:       # every point's workers and ledger first: a judge may use another point's ledger
             p.info["startup_s"] = startup_s
             model_key = Session.key(p.cfg.model)
             # the first point of the wave that uses a model it started pays for the start
@@ -475,6 +572,7 @@ def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Sessio
             if p.generate:
                 _prepare_generation(p, session)
                 groups[model_key if p.uses_model else "none"].append(p)
+        for p in wave:
             if p.judge:
                 _add_judge(stream, p, session)
                 if p.info["episodes_skipped"]:      # episodes of earlier runs may still miss judgements
@@ -490,9 +588,9 @@ def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Sessio
     finally:
         stream.close()
         for p in wave:
-            if p.budget is not None:
+            if p.budget is not None and p.ledger is None:      # a sweep's ledger outlives the wave
                 p.info["budget"] = p.budget.stop()
-                p.budget = None
+            p.budget = None
     # replica uptime of the wave, shared among its points by their tokens (startup included)
     for k in keys:
         used = [p for p in wave if k in p.pools]
@@ -528,7 +626,7 @@ def worker_setup(cfg: Config, bench: Benchmark[Any], plan_: Plan, store: Episode
         model_path=m.path if m.kind == "vllm" else "",
         # a hosted replica that dies is restarted by the driver: calls wait for it that long
         reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
-        budget=budget,
+        budget=budget, budget_point=plan_.config_hash,
         pool_key=Session.key(m) if uses_model else "",
         engine_json=dumps(plan_.engine), weights_id=weights_id(m) if uses_model else "")
 
@@ -539,10 +637,14 @@ def _prepare_generation(p: Point, session: Session) -> None:
     cfg, bench, m = p.cfg, p.bench, p.cfg.model
     p.index = index = session.index(cfg, bench)
     p.services = services = session.benchmark_services(cfg, bench)
-    endpoints = session.pool(m, p.store.root / "logs", keep=set(session.pools)) if p.uses_model else []
+    endpoints = session.pool(m, p.store.root / "logs", keep=set(session.pools),
+                             log_uri=p.store.remote_dir("logs")) if p.uses_model else []
     p.info["index"] = ray.get(index.ready.remote()) if index is not None else None
     p.info["services"] = {k: ray.get(h.info.remote()) if hasattr(h, "info") else {} for k, h in services.items()}
-    p.budget = start_budget(cfg, p.plan.config_hash, p.store, session, bool(p.info.get("model_started")))
+    if p.ledger is not None:
+        p.budget = p.ledger.budget          # the sweep's (started by _run_waves)
+    else:
+        p.budget = start_budget(cfg, p.plan.config_hash, p.store, session, bool(p.info.get("model_started")))
     p.setup = worker_setup(cfg, bench, p.plan, p.store, endpoints, p.budget.actor if p.budget is not None else None)
     p.info["episodes_planned"] = len(p.plan.todo)
 
@@ -552,12 +654,14 @@ def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
     ledger when the judge's calls are priced like the model's, else a gate from the recorded spend)."""
     cfg = p.cfg
     hosted = judge_model_config(cfg.model, cfg.judge)
-    eps = judge_endpoints(cfg, lambda m: session.pool(m, p.store.root / "logs", keep=set(session.pools)))
+    eps = judge_endpoints(cfg, lambda m: session.pool(m, p.store.root / "logs", keep=set(session.pools),
+                                                      log_uri=p.store.remote_dir("logs")))
     gate = None
-    if p.budget is not None and judge_prices_match(cfg):
-        gate = remote_gate(p.budget.actor)
+    ledger = p.budget if p.budget is not None else (p.ledger.budget if p.ledger is not None else None)
+    if ledger is not None and judge_prices_match(cfg):
+        gate = remote_gate(ledger.actor, p.plan.config_hash)
     elif Caps.of(cfg.run.budget).any:
-        gate = judge_budget_gate(cfg, p.store, p.plan.config_hash)
+        gate = judge_budget_gate(cfg, p.store, p.plan.config_hash, p.ledger)
     # in flight per endpoint: a hosted judge's engine batch, an external one's judge.max_inflight
     batch = engine_batch(hosted) if hosted is not None and hosted.kind == "vllm" else None
     stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight))
@@ -588,12 +692,19 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     workers: dict[str, list[Any]] = {}
     by_key: dict[str, Point] = {}
     for g, pts in groups.items():
-        c = pts[0].cfg.cluster
+        c, m = pts[0].cfg.cluster, pts[0].cfg.model
+        pool = session.pool_of(m) if g != "none" else None
+        nw, inflight = derived_workers(m, len(pool.endpoints) if pool is not None else 1, c) if g != "none" \
+            else (c.num_workers, c.num_workers * c.episodes_per_worker)
         handles: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] = {}
         for p in pts:
             assert p.setup is not None      # set by _prepare_generation
+            if nw != c.num_workers:         # cluster.concurrency=auto: the replicas' batch split over nw workers
+                p.setup = replace(p.setup, inflight_per_replica=max(1, math.ceil(engine_batch(m) / nw)))
+            p.info["concurrency"] = {"mode": c.concurrency, "workers": nw, "episodes_in_flight": inflight,
+                                     "replicas": len(pool.endpoints) if pool is not None else 0}
             handles[p.key] = (p.setup, p.index, p.services)
-        workers[g] = start_workers(None, None, c.num_workers, c.episodes_per_worker, c.worker_num_cpus,
+        workers[g] = start_workers(None, None, nw, c.episodes_per_worker, c.worker_num_cpus,
                                    points=handles, resources=c.worker_resources or None,
                                    prefix=f"worker-{g[:6]}")
         queues[g] = deque(interleave([[replace(s, point=p.key) for s in p.plan.todo] for p in pts]))
@@ -608,6 +719,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     progress = Progress(sum(len(q) for q in queues.values()), all(p.cfg.run.progress for p in by_key.values()))
     pools = {g: session.pool_of(by_key[pts[0].key].cfg.model) for g, pts in groups.items() if g != "none"}
 
+    stored: set[str] = set()                                     # episodes with a row from this run
     busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
     reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
 
@@ -628,37 +740,65 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
             assert p.setup is not None
             for row in budget_exhausted_rows(p.setup, gone, why):
                 bufs[point][0].append(row)
+                stored.add(row["episode_id"])
                 progress.update(row)
 
-    write_errors: dict[str, str] = {}
+    def ledger_lost(g: str, w: int, p: Point, spec: EpisodeSpec, res: dict[str, Any]) -> None:
+        """An episode whose call could not ask the budget ledger (engine.budget.LedgerLost): not a
+        result, so never stored as one. While the ledger answers again (Ray restarted it), the
+        episode goes back to the front of its queue (up to cluster.max_episode_attempts); once the
+        ledger is gone for good, it and every queued episode of the points that share the ledger
+        are left unstarted (no row: the same command runs them)."""
+        st = stats[p.key]
+        st["tokens_in"] += res.get("tokens_in", 0)        # what its attempt spent still counts
+        st["tokens_out"] += res.get("tokens_out", 0)
+        budget = p.budget
+        gone = budget is not None and (budget.run_id in lost_ledgers or not budget.alive())
+        if not gone and attempts[spec.episode_id] < p.cfg.cluster.max_episode_attempts:
+            log.warning("episode %s: %s; requeued (attempt %d of %d)", spec.episode_id, res["ledger_lost"],
+                        attempts[spec.episode_id] + 1, p.cfg.cluster.max_episode_attempts)
+            queues[g].appendleft(spec)
+            st["requeued"] += 1
+        elif not gone:
+            log.error("episode %s left unstarted: %s on each of its %d attempts", spec.episode_id,
+                      res["ledger_lost"], attempts[spec.episode_id])
+            p.info["budget_lost"] = res["ledger_lost"]
+        else:
+            assert budget is not None
+            if budget.run_id not in lost_ledgers:
+                lost_ledgers.add(budget.run_id)
+                log.error("the budget ledger is lost (%s): the queued episodes of its points are left unstarted; "
+                          "the same command runs them", res["ledger_lost"])
+            for q in by_key.values():
+                if q.budget is budget:
+                    q.info["budget_lost"] = res["ledger_lost"]
+                    gq = Session.key(q.cfg.model) if q.uses_model else "none"
+                    if gq in queues:
+                        drop(gq, q.key, "", None)
+        submit(g, w)
+
+    lost_ledgers: set[str] = set()
+    # the rows go to a background writer (engine/writer.py): one shard per table per run dir per
+    # flush, across points; handing them over never waits on storage, its errors come back here
+    writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()))
 
     def flush(final: bool = False) -> None:
-        for k, (eps, steps, calls, messages) in list(bufs.items()):
-            if not eps:
-                continue
-            try:
-                stores[k].write_batch(eps, steps, calls, messages.values())
-            except OSError as e:        # a full disk, a lost mount: the rows stay here, the next flush retries
-                if k not in write_errors:
-                    log.error("could not write %d episodes to %s (%s: %s); kept in memory, retrying",
-                              len(eps), stores[k].uri, type(e).__name__, e)
-                write_errors[k] = f"{type(e).__name__}: {e}"
-                if final:
-                    raise StoreWriteError(
-                        f"could not write {len(eps)} finished episodes to run dir {stores[k].uri}: "
-                        f"{write_errors[k]}. What is stored stays readable; free space and re-run the same "
-                        "command: these episodes run again.") from e
-                continue
-            write_errors.pop(k, None)
-            bufs[k] = ([], [], [], {})
+        try:
+            writer.check()
+            for k, (eps, steps, calls, messages) in list(bufs.items()):
+                if eps:
+                    writer.put(stores[k], eps, steps, calls, messages)
+                    bufs[k] = ([], [], [], {})
+        finally:
+            if final:                # everything written, in order, before reduce / judge read the store
+                writer.close()
 
     for g, ws in workers.items():
         for _ in range(groups[g][0].cfg.cluster.episodes_per_worker):
             for w in range(len(ws)):
                 submit(g, w)
-    last_flush = last_poll = time.monotonic()
+    last_poll = time.monotonic()
     last_health = {g: time.monotonic() for g in pools}
-    flush_s = min(p.cfg.run.flush_interval_s for p in by_key.values())
     try:
         while pending or reviving:
             if reviving:
@@ -712,7 +852,11 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                         continue
                     res = {"episode": unstarted_row(p.setup, spec, "error", f"{type(e).__name__}: worker lost "
                                                     f"{attempts[spec.episode_id]} times: {e}"), "steps": []}
+                if "ledger_lost" in res:
+                    ledger_lost(g, w, p, spec, res)
+                    continue
                 row = res["episode"]
+                stored.add(row["episode_id"])
                 bufs[p.key][0].append(row)
                 bufs[p.key][1].extend(res["steps"])
                 bufs[p.key][2].extend(res.get("calls", ()))
@@ -732,9 +876,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                     p.info["stopped_at_max_failures"] = mf
                     drop(g, p.key, "", None)
                 submit(g, w)
-            if time.monotonic() - last_flush >= flush_s or not pending:
-                flush()
-                last_flush = time.monotonic()
+            flush()              # a hand-off: the writer flushes by size or run.flush_interval_s
             if time.monotonic() - last_poll >= 5.0:
                 _poll_live(workers, progress)
                 last_poll = time.monotonic()
@@ -756,6 +898,8 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     for k, st in stats.items():
         p = by_key[k]
         pool = pools.get(Session.key(p.cfg.model)) if p.uses_model else None
+        if p.info.get("budget_lost"):       # planned, but neither run nor stored: the same command runs them
+            p.info["unstarted"] = sum(1 for s in p.plan.todo if s.episode_id not in stored)
         p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
                       failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
                       tokens_out=st["tokens_out"])

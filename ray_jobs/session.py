@@ -51,6 +51,7 @@ def _corpus(benchmark: str, cfg: Config) -> list[Any]:
 class Session:
     def __init__(self) -> None:
         self.pools: dict[str, tuple[ModelPool, list[Endpoint]]] = {}
+        self.reserved: dict[str, ModelPool] = {}      # placement groups reserved, replicas not started
         self.indexes: dict[str, Any] = {}
         self.services: dict[str, Any] = {}
         self.model_starts = 0
@@ -118,30 +119,45 @@ class Session:
         """Endpoints of the model under test (``cfg.model``)."""
         return self.pool(cfg.model, log_dir, keep=self.needed(cfg))
 
-    def pool(self, m: ModelConfig, log_dir: Path, keep: set[str] | None = None) -> list[Endpoint]:
+    def pool(self, m: ModelConfig, log_dir: Path, keep: set[str] | None = None, log_uri: str = "",
+             key: str | None = None) -> list[Endpoint]:
         """Endpoints of ``m``: a hosted pool started once per session, or the external one. Pools
         not in ``keep`` (keys from :meth:`needed`) are stopped first, to free their resources."""
         from engine.hosting.replica import ModelPool
 
-        key = self.key(m)
+        key = key or self.key(m)       # a model with replicas: auto is kept under its config's key, sized
         if key in self.pools:
             return self.pools[key][1]
         self.stop_pools(keep or set())            # free the accelerators
-        pool = ModelPool(m, log_dir)
+        pool = self.reserved.pop(key, None) or ModelPool(m, log_dir, log_uri)
         t0 = time.time()
         endpoints = pool.start()
         if m.kind == "vllm":
             self.model_starts += 1
             log.info("model %s: %d replica(s) healthy in %.0f s (model starts this session: %d)",
-                     m.name, m.replicas, time.time() - t0, self.model_starts)
+                     m.name, len(endpoints), time.time() - t0, self.model_starts)
         self.startup = self.startups[key] = pool.startup
         self.pools[key] = (pool, endpoints)
         return endpoints
 
+    def reserve(self, m: ModelConfig, log_dir: Path, log_uri: str = "", key: str | None = None) -> None:
+        """Reserve the placement groups of ``m``'s replicas now (:meth:`pool` starts them): a wave
+        reserves its models largest replica first (``ModelPool.reserve``)."""
+        from engine.hosting.replica import ModelPool
+
+        key = key or self.key(m)
+        if key in self.pools or key in self.reserved or m.kind != "vllm":
+            return
+        pool = ModelPool(m, log_dir, log_uri)
+        pool.reserve()
+        self.reserved[key] = pool
+
     def stop_pools(self, keep: set[str]) -> None:
-        """Stop every pool whose key is not in ``keep``."""
+        """Stop every pool whose key is not in ``keep`` (and release reservations not started)."""
         for other in [k for k in list(self.pools) if k not in keep]:
             self.pools.pop(other)[0].stop()
+        for other in [k for k in list(self.reserved) if k not in keep]:
+            self.reserved.pop(other).stop()
 
     def pool_of(self, m: ModelConfig) -> ModelPool | None:
         """The running pool of ``m`` (None when it is not hosted in this session)."""
@@ -203,12 +219,13 @@ class Session:
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self) -> None:
-        for pool, _ in self.pools.values():
+        for pool in [*(p for p, _ in self.pools.values()), *self.reserved.values()]:
             try:
                 pool.stop()
             except Exception as e:  # noqa: BLE001 - teardown goes on
                 log.warning("stopping a model pool: %s", e)
         self.pools.clear()
+        self.reserved.clear()
         self.indexes.clear()
         self.services.clear()
         try:

@@ -8,7 +8,21 @@ line and environment. Flags it does not know (every engine arg) are ignored. It 
 * ``GET /health`` (200), ``GET /v1/models`` (the served name);
 * ``POST /v1/chat/completions`` with a scripted reply and ``usage`` (whitespace-word counts), or
   404 for a model name it does not serve, as vLLM does;
-* ``GET /info``: its pid, command line and ``CUDA_VISIBLE_DEVICES`` (what the replica gave it).
+* ``GET /info``: its pid, command line and ``CUDA_VISIBLE_DEVICES`` (what the replica gave it),
+  and the pid of its engine child (``--fake-spawn-child``);
+* ``GET /metrics``: vLLM's progress metrics in Prometheus text (``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``).
+
+Failure modes a replica's lifecycle must handle (flags or environment):
+
+* ``--fake-spawn-child`` / ``$FAKE_VLLM_SPAWN_CHILD=1``: start a child process that lives as long as
+  it is not killed, as vLLM's EngineCore does (and keeps its GPU when the server is killed alone);
+* ``--fake-wedge-after N`` / ``$FAKE_VLLM_WEDGE_AFTER``: after N completions every request hangs
+  forever while ``/health`` still answers 200 (a wedged engine: requests running, no tokens);
+* ``--fake-health-delay-s S`` / ``$FAKE_VLLM_HEALTH_DELAY_S``: ``/health`` answers after S seconds
+  (a saturated server) while completions go on and the token counters advance;
+* ``--fake-fail-once PATH`` / ``$FAKE_VLLM_FAIL_ONCE``: the first server to create PATH exits at
+  once with code 3 (one replica of a pool that fails to start; its restart finds PATH and serves).
 * With ``$VLLM_API_KEY`` set (every hosted replica: a key per model pool), ``/v1`` routes answer
   401 without ``Authorization: Bearer <key>``, as vLLM does; ``/health`` and ``/info`` are open.
 
@@ -43,6 +57,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fake-reply", default=os.environ.get("FAKE_VLLM_REPLY", "ok"))
     p.add_argument("--fake-responder", default=os.environ.get("FAKE_VLLM_RESPONDER", ""))
     p.add_argument("--fake-delay-s", type=float, default=float(os.environ.get("FAKE_VLLM_DELAY_S", "0") or 0))
+    p.add_argument("--fake-spawn-child", action="store_true", default=os.environ.get("FAKE_VLLM_SPAWN_CHILD") == "1")
+    p.add_argument("--fake-wedge-after", type=int, default=int(os.environ.get("FAKE_VLLM_WEDGE_AFTER", "-1") or -1))
+    p.add_argument("--fake-fail-once", default=os.environ.get("FAKE_VLLM_FAIL_ONCE", ""))
+    p.add_argument("--fake-health-delay-s", type=float,
+                   default=float(os.environ.get("FAKE_VLLM_HEALTH_DELAY_S", "0") or 0))
     args, _unknown = p.parse_known_args(list(argv))     # vLLM's engine args: accepted, ignored
     return args
 
@@ -55,10 +74,13 @@ def load_responder(spec: str, reply: str) -> Callable[[list[dict[str, Any]], dic
     return lambda messages, request: str(fn(messages, request))
 
 
-def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
+def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPServer:
     names = args.served_model_name or [args.model]
     respond = load_responder(args.fake_responder, args.fake_reply)
     lock = threading.Lock()
+    # engine progress, as vLLM's /metrics shows it
+    stats = {"running": 0, "prompt_tokens": 0, "generation_tokens": 0, "completions": 0}
+    wedged = threading.Event()
     argv = list(sys.argv)
     api_key = os.environ.get("VLLM_API_KEY", "")       # as vLLM: /v1 routes need it, /health does not
 
@@ -88,13 +110,29 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
             if not self._authorized():
                 return
             if self.path == "/health":
+                if args.fake_health_delay_s:
+                    time.sleep(args.fake_health_delay_s)
                 self._send(200, {})
+            elif self.path == "/metrics":
+                with lock:
+                    text = (f'vllm:num_requests_running{{model_name="{names[0]}"}} {stats["running"]}\n'
+                            f'vllm:num_requests_waiting{{model_name="{names[0]}"}} 0\n'
+                            f'vllm:prompt_tokens_total{{model_name="{names[0]}"}} {stats["prompt_tokens"]}\n'
+                            f'vllm:generation_tokens_total{{model_name="{names[0]}"}} {stats["generation_tokens"]}\n')
+                body = ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                        "# TYPE vllm:num_requests_running gauge\n" + text).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
             elif self.path == "/info":
                 self._send(200, {"pid": os.getpid(), "argv": argv, "model": args.model, "served": names,
                                  "tensor_parallel_size": args.tensor_parallel_size,
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "child_pid": child_pid})
             else:
                 self._send(404, {"object": "error", "message": f"no route {self.path}"})
 
@@ -115,12 +153,38 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
                 self._send(404, {"object": "error", "message": f"The model `{req.get('model')}` does not exist.",
                                  "type": "NotFoundError", "code": 404})
                 return
+            with lock:
+                stats["running"] += 1
+                if 0 <= args.fake_wedge_after <= stats["completions"]:
+                    wedged.set()
+            if wedged.is_set():
+                threading.Event().wait()            # never answers; /health still does
+            if self.headers.get("X-Dateline-Canary"):   # a replica's liveness probe: no script, no log line
+                with lock:
+                    stats["running"] -= 1
+                    stats["prompt_tokens"] += 1
+                    stats["generation_tokens"] += 1
+                body = json.dumps({"id": "canary", "object": "chat.completion", "created": int(time.time()),
+                                   "model": req["model"], "choices": [{"index": 0, "finish_reason": "length",
+                                   "message": {"role": "assistant", "content": "1"}}],
+                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if args.fake_delay_s:
                 time.sleep(args.fake_delay_s)
             messages = req.get("messages") or []
             text = respond(messages, req)
             prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
             completion = max(1, len(text.split()))
+            with lock:
+                stats["running"] -= 1
+                stats["completions"] += 1
+                stats["prompt_tokens"] += prompt
+                stats["generation_tokens"] += completion
             self._send(200, {
                 "id": f"fake-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
                 "model": req["model"],
@@ -136,7 +200,20 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    server = make_server(args)
+    if args.fake_fail_once:
+        try:
+            os.close(os.open(args.fake_fail_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            print("fake vLLM server: failing to start (--fake-fail-once)", flush=True)
+            sys.exit(3)
+    child = None
+    if args.fake_spawn_child:               # like vLLM's EngineCore: a process of its own
+        import subprocess
+
+        child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(60)"])
+    server = make_server(args, child.pid if child else 0)
     print(f"fake vLLM server {os.getpid()}: {args.served_model_name or [args.model]} on {args.host}:{args.port}",
           flush=True)
     try:

@@ -15,13 +15,15 @@ import logging
 import re
 import secrets
 import time
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from engine.config import ModelConfig
+from engine.config import ModelConfig, replica_count
 from engine.errors import PlacementError
+from engine.hosting.liveness import DOWN, OK, SATURATED, WEDGED, Liveness, canary, health_ok, scrape
 from engine.hosting.vllm_server import VLLMServer, engine_settings
 from engine.llm import Endpoint
 
@@ -70,11 +72,11 @@ def placement_message(cfg: ModelConfig, bundles: list[dict[str, float]], placed:
     short = []
     for k, v in ask.items():
         biggest = max((n.get(k, 0.0) for n in nodes), default=0.0)
-        if cfg.replicas * v > total.get(k, 0.0) + 1e-9:
-            short.append(f"{k} (the replicas need {cfg.replicas * v:g}, the cluster has {total.get(k, 0.0):g})")
+        if replica_count(cfg) * v > total.get(k, 0.0) + 1e-9:
+            short.append(f"{k} (the replicas need {replica_count(cfg) * v:g}, the cluster has {total.get(k, 0.0):g})")
         elif v > biggest + 1e-9:
             short.append(f"{k} (a replica needs {v:g} on one node, the largest node has {biggest:g})")
-    return (f"model {cfg.name}: {cfg.replicas - placed} of {cfg.replicas} replica(s) could not be placed within "
+    return (f"model {cfg.name}: {replica_count(cfg) - placed} of {replica_count(cfg)} replica(s) could not be placed within "
             f"{cfg.placement_timeout_s:g} s (model.placement_timeout_s). Each replica asks for {shown(ask)} on one "
             f"node (bundles {bundles}, {PLACEMENT_STRATEGY}). The cluster has {shown(total)} in total, "
             f"{shown(available)} available"
@@ -86,6 +88,22 @@ def _user_resource(name: str) -> bool:
     """A resource a config can ask for (not Ray's per-node, per-group or memory bookkeeping)."""
     return not (name.startswith("node:") or "_group_" in name or name.startswith("accelerator_type:")
                 or name in ("memory", "object_store_memory"))
+
+
+def _replica_metrics() -> tuple[Any, Any, Any] | None:
+    """Requests in the engine, tokens/s and restarts of every replica, as Ray metrics (exported
+    with Ray's Prometheus metrics as ``ray_dateline_replica_*``); None where Ray's metrics are off."""
+    try:
+        from ray.util.metrics import Counter, Gauge
+
+        keys = ("model", "replica")
+        return (Gauge("dateline_replica_requests_in_flight", "requests running or waiting in the engine", keys),
+                Gauge("dateline_replica_tokens_per_s", "prompt + generation tokens per second over the last check",
+                      keys),
+                Counter("dateline_replica_restarts", "server restarts (dead, wedged or not answering)", keys))
+    except Exception as e:  # noqa: BLE001 - metrics are never worth a replica
+        log.warning("replica metrics unavailable: %s", e)
+        return None
 
 
 @ray.remote(num_cpus=0)
@@ -100,9 +118,10 @@ class GpuShard:
 @ray.remote
 class ModelReplica:
     def __init__(self, cfg: dict[str, Any], index: int, log_dir: str, placement_group: Any = None,
-                 api_key: str = "", bind: str = "loopback") -> None:
+                 api_key: str = "", bind: str = "loopback", log_uri: str = "") -> None:
         self.cfg = ModelConfig(**cfg)
         self.index = index
+        self.log_uri = log_uri
         self.placement_group = placement_group
         self.shards: list[Any] = []
         Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -117,6 +136,10 @@ class ModelReplica:
                                  module=self.cfg.server_module, host=self.host, api_key=api_key)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
+        self.liveness = Liveness()
+        self.metrics = _replica_metrics()
+        self._checks = 0
+        self._canary: tuple[Any, int] | None = None     # (thread, the check that sent it)
 
     def _claim_gpus(self) -> None:
         """Tensor parallel on GPUs: hold the group's other GPU bundles and give the server every GPU
@@ -144,27 +167,93 @@ class ModelReplica:
                 "replica": self.index, "node_id": ray.get_runtime_context().get_node_id(),
                 "gpus": self.server.env.get("CUDA_VISIBLE_DEVICES", "") if self.cfg.num_gpus else ""}
 
-    def health(self) -> dict[str, Any]:
-        """Whether the server process lives and answers ``/health``, and where it is: a replica
-        the driver checks periodically (``ModelPool.check``)."""
-        import urllib.request
+    def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Whether the server process lives, answers ``/health`` within ``timeout_s`` and makes
+        progress (its ``/metrics``: tokens advancing while requests are in the engine), and where
+        it is: the pool checks every replica each ``model.health_check_s``
+        (:mod:`engine.hosting.liveness` has the verdicts). ``/metrics`` gets the whole check period
+        (``4 x timeout_s``): a saturated server answers late, and its counters are what clear it."""
+        from concurrent.futures import ThreadPoolExecutor
 
         alive = self.server.proc is not None and self.server.proc.poll() is None
-        ok = False
+        ok, sample, overdue = False, None, False
         if alive:
-            try:
-                with urllib.request.urlopen(self.server.local_url() + "/health", timeout=5) as r:
-                    ok = r.status == 200
-            except OSError:
-                ok = False
-        return {"alive": alive, "healthy": ok, "replica": self.index,
+            base = self.server.local_url()
+            with ThreadPoolExecutor(2) as ex:
+                h = ex.submit(health_ok, base, timeout_s)
+                m = ex.submit(scrape, base, 4 * timeout_s)
+                ok, sample = h.result(), m.result()
+            overdue = self._canary_overdue(base)
+        verdict = self.liveness.observe(alive, ok, sample, overdue)
+        self._report(sample)
+        return {"alive": alive, "healthy": ok, "verdict": verdict, "replica": self.index,
+                "running": sample.running if sample else None, "waiting": sample.waiting if sample else None,
+                "tokens_per_s": self.liveness.tokens_per_s,
                 "base_url": f"http://{self.host}:{self.server.port}/v1",
                 "node_id": ray.get_runtime_context().get_node_id()}
 
+    def _canary_overdue(self, base: str) -> bool:
+        """Whether the canary (one-token completion) sent at an earlier check is still unanswered;
+        a new one goes out when the last one finished."""
+        import threading
+
+        self._checks += 1
+        if self._canary is not None and self._canary[0].is_alive():
+            return self._canary[1] < self._checks
+        key = self.server.env.get("VLLM_API_KEY", "")
+        # a daemon thread: a canary stuck in a wedged server never holds the actor's exit
+        t = threading.Thread(target=canary, args=(base, self.cfg.served_name or self.cfg.name, key,
+                                                  self.cfg.request_timeout_s), daemon=True, name="canary")
+        t.start()
+        self._canary = (t, self._checks)
+        return False
+
+    def _report(self, sample: Any) -> None:
+        """The replica's Prometheus metrics, through Ray's metrics agent (``ray.util.metrics``:
+        scraped with every Ray node's metrics, tagged with the model and replica)."""
+        if self.metrics is None:
+            return
+        tags = {"model": self.cfg.name, "replica": str(self.index)}
+        inflight, tps, _ = self.metrics
+        inflight.set(float(sample.running + sample.waiting) if sample else 0.0, tags=tags)
+        tps.set(self.liveness.tokens_per_s, tags=tags)
+
+    def pids(self) -> dict[str, int]:
+        """This actor's process and its server's (the reaper's) process group: for tests and
+        for an operator hunting a stuck replica."""
+        import os
+
+        return {"actor": os.getpid(), "server_group": self.server.proc.pid if self.server.proc else 0}
+
+    def copy_log(self) -> str:
+        """Copy the server log (every start of this replica, appended) to ``log_uri`` (the run
+        dir's ``logs/`` when it is remote, ``s3://``...): the node's disk may be gone when someone
+        reads why a replica failed. Returns where it went ("" for a local run dir)."""
+        log_path = self.server.log_path
+        if not (self.log_uri and log_path and log_path.exists()):
+            return ""
+        from engine.storage import open_root
+
+        try:
+            fs, base = open_root(self.log_uri)
+            dest = f"{base}/{log_path.name}"
+            with fs.open_output_stream(dest) as out:
+                out.write(log_path.read_bytes())
+            return dest
+        except Exception as e:  # noqa: BLE001 - a log copy never stops a replica
+            log.warning("copying %s to %s: %s", log_path, self.log_uri.partition("?")[0], e)
+            return ""
+
     def restart(self) -> dict[str, Any]:
-        """Stop whatever is left of the server and start it again on the same port."""
+        """Stop whatever is left of the server (its whole process group, through the reaper) and
+        start it again on the same port (another one if that is taken meanwhile)."""
         self.server.stop()
+        self.copy_log()
         log.warning("restarting vLLM replica %d of %s", self.index, self.cfg.name)
+        if self.metrics is not None:
+            self.metrics[2].inc(1.0, tags={"model": self.cfg.name, "replica": str(self.index)})
+        self.liveness.reset()
+        self._canary = None             # answered (with an error) once the old server is gone
         return self.start()
 
     def uptime_s(self) -> float:
@@ -172,6 +261,7 @@ class ModelReplica:
 
     def stop(self) -> None:
         self.server.stop()
+        self.copy_log()
         for shard in self.shards:
             ray.kill(shard)
         self.shards = []
@@ -186,51 +276,101 @@ class ModelReplica:
 class ModelPool:
     """Starts the replicas of one model (or none, for an external endpoint) and hands out endpoints."""
 
-    def __init__(self, cfg: ModelConfig, log_dir: str | Path) -> None:
+    def __init__(self, cfg: ModelConfig, log_dir: str | Path, log_uri: str = "") -> None:
         self.cfg = cfg
         self.log_dir = str(log_dir)
+        self.log_uri = log_uri          # a remote run dir's logs/: replicas copy their logs there
         self.replicas: list[Any] = []
         self.placement_groups: list[Any] = []      # one per replica, removed in stop()
         self.endpoints: list[Endpoint] = []
         self.startup: list[dict[str, Any]] = []
         self._restarting: dict[int, Any] = {}       # replica index -> ObjectRef of its restart()
         self._misses: dict[int, int] = {}           # consecutive failed health checks
+        self._start_failures: dict[int, int] = {}   # consecutive failed starts
+        self._given_up: set[int] = set()
+        self.last_health: dict[int, dict[str, Any]] = {}
         self.restarts = 0
+        self._placed: int | None = None             # replicas whose groups are reserved (reserve())
         # every hosted replica requires this key (vLLM's VLLM_API_KEY): made per pool, kept in
         # memory, given to clients inside their endpoints; never on a command line or on disk
         self.api_key = secrets.token_urlsafe(32) if cfg.kind == "vllm" else ""
         self.bind = ""
 
     def start(self) -> list[Endpoint]:
+        """Place and start the replicas; return once ``model.min_replicas`` of them are healthy.
+        The others join when they come up (:meth:`check` puts them into rotation and the driver
+        pushes the endpoints to the workers); one that fails to start is retried by the health
+        checks, up to ``model.max_start_failures`` times, and never fails the pool while
+        ``min_replicas`` serve. Fewer than ``min_replicas`` up: the pool stops and raises."""
         cfg = self.cfg
         served = cfg.served_name or cfg.name
-        if cfg.kind == "openai_compatible":
-            self.endpoints = [Endpoint(cfg.base_url.rstrip("/"), served, cfg.api_key_env)]
+        if cfg.kind == "openai_compatible":     # one endpoint, or a fleet routed like replicas
+            urls = list(cfg.base_urls) or [cfg.base_url]
+            self.endpoints = [Endpoint(u.rstrip("/"), served, cfg.api_key_env, i) for i, u in enumerate(urls)]
             return self.endpoints
+        need = min(cfg.min_replicas or replica_count(cfg), replica_count(cfg))
         try:
-            self._place()
-            for i in range(cfg.replicas):
+            n = self.reserve()
+            for i in range(n):
                 self.replicas.append(self._replica(i))
             t0 = time.time()
-            self.startup = ray.get([r.start.remote() for r in self.replicas])
+            self.endpoints = [Endpoint("", served, "", i, api_key=self.api_key, in_rotation=False) for i in range(n)]
+            self.startup = [{} for _ in range(n)]
+            pending = {r.start.remote(): i for i, r in enumerate(self.replicas)}
+            up, errors = 0, []
+            while pending and up < need:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                i = pending.pop(ready[0])
+                try:
+                    info = ray.get(ready[0])
+                except Exception as e:  # noqa: BLE001 - its start failed; the others may serve
+                    errors.append((i, e))
+                    self._start_failures[i] = 1
+                    log.error("replica %d of %s failed to start: %s", i, cfg.name, e)
+                    if n - len(errors) < need:
+                        raise RuntimeError(
+                            f"model {cfg.name}: {len(errors)} of {n} replica(s) failed to start, fewer than "
+                            f"model.min_replicas={need} can serve; first failure (replica {errors[0][0]}): "
+                            f"{errors[0][1]}") from errors[0][1]
+                    continue
+                up += 1
+                self.startup[i] = info
+                self.endpoints[i] = dc_replace(self.endpoints[i], base_url=info["base_url"], in_rotation=True)
+            for ref, i in pending.items():          # still loading: they join at a later check
+                self._restarting[i] = ref
         except BaseException:
             self.stop()                 # no actor or reserved group outlives a failed start
             raise
-        log.info("%d replica(s) of %s healthy in %.0f s", len(self.replicas), cfg.name, time.time() - t0)
-        self.endpoints = [Endpoint(s["base_url"], served, "", s["replica"], api_key=self.api_key)
-                          for s in self.startup]
+        log.info("%d of %d replica(s) of %s healthy in %.0f s%s", up, n, cfg.name, time.time() - t0,
+                 f"; {len(pending)} still starting" if pending else "")
         return self.endpoints
 
-    def _place(self) -> None:
-        """Reserve a placement group per replica; raise :class:`PlacementError` (groups removed)
-        when they are not all ready within ``placement_timeout_s``."""
+    def reserve(self) -> int:
+        """Reserve the replicas' placement groups (once; :meth:`start` does it when nobody did):
+        returns how many replicas were placed. A wave reserves its models' groups one model after
+        another, largest replica first, before any starts: placed at the same time, small groups
+        could take one GPU on every node and leave no node for a tensor-parallel replica."""
+        if self._placed is None:
+            need = min(self.cfg.min_replicas or replica_count(self.cfg), replica_count(self.cfg))
+            try:
+                self._placed = self._place(need)
+            except BaseException:
+                self.stop()
+                raise
+        return self._placed
+
+    def _place(self, need: int) -> int:
+        """Reserve a placement group per replica; returns how many replicas to start. Groups not
+        ready within ``placement_timeout_s`` are removed; fewer than ``need`` ready raises
+        :class:`PlacementError` (every group removed)."""
         from ray.util.placement_group import placement_group
 
         cfg = self.cfg
         bundles = replica_bundles(cfg)
         if not bundles[0]:              # asks for nothing (num_cpus 0, no GPU): scheduled anywhere
-            return
-        self.placement_groups = [placement_group(bundles, strategy=PLACEMENT_STRATEGY) for _ in range(cfg.replicas)]
+            return replica_count(cfg)
+        self.placement_groups = [placement_group(bundles, strategy=PLACEMENT_STRATEGY)
+                                 for _ in range(replica_count(cfg))]
         t0 = time.time()
         refs = [pg.ready() for pg in self.placement_groups]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=cfg.placement_timeout_s)
@@ -238,10 +378,19 @@ class ModelPool:
             total = {k: float(v) for k, v in ray.cluster_resources().items()}
             available = {k: float(v) for k, v in ray.available_resources().items()}
             nodes = [{k: float(v) for k, v in n.get("Resources", {}).items()} for n in ray.nodes() if n.get("Alive")]
+            msg = placement_message(cfg, bundles, len(ready), total, available, nodes)
+            if len(ready) < need:
+                self._remove_groups()
+                raise PlacementError(msg)
+            placed = {id(r) for r in ready}
+            keep = [pg for pg, r in zip(self.placement_groups, refs) if id(r) in placed]
+            self.placement_groups = [pg for pg, r in zip(self.placement_groups, refs) if id(r) not in placed]
             self._remove_groups()
-            raise PlacementError(placement_message(cfg, bundles, len(ready), total, available, nodes))
-        log.info("placement groups of %d replica(s) of %s ready in %.1f s: %s each", cfg.replicas, cfg.name,
-                 time.time() - t0, bundles)
+            self.placement_groups = keep
+            log.warning("%s Going on with the %d placed (model.min_replicas=%d).", msg, len(keep), need)
+        log.info("placement groups of %d replica(s) of %s ready in %.1f s: %s each", len(self.placement_groups),
+                 cfg.name, time.time() - t0, bundles)
+        return len(self.placement_groups)
 
     def _replica(self, i: int) -> Any:
         from dataclasses import asdict
@@ -263,7 +412,7 @@ class ModelPool:
         return ModelReplica.options(  # type: ignore[attr-defined]
             num_cpus=first.get("CPU", 0.0), num_gpus=first.get("GPU", 0.0), resources=custom or None, name=None,
             max_restarts=-1, max_task_retries=0, **options).remote(asdict(cfg), i, self.log_dir, pg, self.api_key,
-                                                                   self._bind())
+                                                                   self._bind(), self.log_uri)
 
     def _bind(self) -> str:
         """Where replicas listen (``model.bind``): ``auto`` is loopback on a one-node cluster
@@ -287,15 +436,28 @@ class ModelPool:
                 log.warning("removing a placement group of %s: %s", self.cfg.name, e)
         self.placement_groups = []
 
-    def check(self, timeout_s: float = 10.0) -> bool:
-        """Health-check every replica; restart the server of one that died or stops answering
-        ``/health`` for ``model.unhealthy_checks`` checks in a row, and re-create a replica actor
-        that is gone (its node lost: Ray restarts it elsewhere, with a new address). Restarts run
-        in the background (``pending_restarts``). Returns True when the endpoints changed (the
-        driver then pushes them to the workers)."""
+    def check(self, timeout_s: float | None = None) -> bool:
+        """Check every replica (:meth:`ModelReplica.health`, all at once) and act on the verdict
+        (:mod:`engine.hosting.liveness`):
+
+        * ok, or saturated (``/health`` late but tokens advancing): in rotation; never restarted;
+        * wedged (requests in the engine, no token between two checks) or down (no answer, no
+          progress): out of rotation at once, so no new episode goes there and pinned ones move;
+          restarted after ``model.unhealthy_checks`` such checks in a row, at once when its
+          process is dead or its actor gone (Ray re-creates a lost actor elsewhere, with a new
+          address);
+        * a replica still starting, or restarting, joins rotation when it is healthy; one that
+          failed to start ``model.max_start_failures`` times is left out (and logged).
+
+        Restarts run in the background (``pending_restarts``). Returns True when the endpoints
+        changed (an address, or who is in rotation): the driver then pushes them to the workers.
+        ``timeout_s``: the ``/health`` deadline (default: a quarter of ``model.health_check_s``,
+        at most 5 s)."""
         if self.cfg.kind != "vllm" or not self.replicas:
             return False
+        t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s / 4)
         changed = False
+        asked: dict[int, Any] = {}
         for i, r in enumerate(self.replicas):
             if i in self._restarting:
                 ready, _ = ray.wait([self._restarting[i]], timeout=0)
@@ -304,35 +466,57 @@ class ModelPool:
                 try:
                     info = ray.get(self._restarting.pop(i))
                 except Exception as e:  # noqa: BLE001 - tried again at the next check
-                    log.warning("replica %d of %s failed to restart: %s", i, self.cfg.name, e)
+                    self._start_failures[i] = self._start_failures.get(i, 0) + 1
+                    log.warning("replica %d of %s failed to (re)start (%d of %d): %s", i, self.cfg.name,
+                                self._start_failures[i], self.cfg.max_start_failures, e)
                     continue
-                self.restarts += 1
-                changed |= self._set_endpoint(i, info["base_url"])
+                self._start_failures[i] = 0
+                if self.startup and not self.startup[i]:
+                    self.startup[i] = info
+                else:
+                    self.restarts += 1
+                changed |= self._set_endpoint(i, info["base_url"], True)
                 continue
+            if self._start_failures.get(i, 0) >= self.cfg.max_start_failures:
+                if i not in self._given_up:
+                    self._given_up.add(i)
+                    log.error("replica %d of %s failed to start %d times: left out of rotation for this run", i,
+                              self.cfg.name, self._start_failures[i])
+                continue
+            asked[i] = r.health.remote(t)
+        for i, ref in asked.items():
             try:
-                h = ray.get(r.health.remote(), timeout=timeout_s)
+                h = ray.get(ref, timeout=max(10.0, 5 * t))
             except Exception as e:  # noqa: BLE001 - the actor is gone or hung
-                log.warning("replica %d of %s does not answer (%s): restarting it", i, self.cfg.name, e)
-                h = {"alive": False, "healthy": False, "base_url": ""}
-            if h["healthy"]:
+                log.warning("replica %d of %s does not answer (%s)", i, self.cfg.name, e)
+                h = {"alive": False, "healthy": False, "verdict": DOWN, "base_url": ""}
+            self.last_health[i] = h
+            if h["verdict"] in (OK, SATURATED):
                 self._misses[i] = 0
-                changed |= self._set_endpoint(i, h["base_url"])
+                changed |= self._set_endpoint(i, h["base_url"], True)
                 continue
             self._misses[i] = self._misses.get(i, 0) + 1
+            if self.endpoints[i].in_rotation:
+                log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name,
+                            "wedged (requests running, no tokens)" if h["verdict"] == WEDGED else "down")
+            changed |= self._set_endpoint(i, "", False)
             if not h["alive"] or self._misses[i] >= self.cfg.unhealthy_checks:
                 self._misses[i] = 0
-                self._restarting[i] = r.restart.remote()
+                self._restarting[i] = self.replicas[i].restart.remote()
         return changed
 
     @property
     def pending_restarts(self) -> int:
         return len(self._restarting)
 
-    def _set_endpoint(self, i: int, base_url: str) -> bool:
+    def _set_endpoint(self, i: int, base_url: str, in_rotation: bool) -> bool:
+        """Replica ``i``'s address (kept when ``base_url`` is empty) and whether it is in rotation;
+        True when either changed."""
         old = self.endpoints[i]
-        if not base_url or old.base_url == base_url:
+        new = dc_replace(old, base_url=base_url or old.base_url, in_rotation=in_rotation)
+        if new == old:
             return False
-        self.endpoints[i] = Endpoint(base_url, old.model, old.api_key_env, old.replica, api_key=old.api_key)
+        self.endpoints[i] = new
         return True
 
     def replica_seconds(self) -> float:
@@ -349,3 +533,4 @@ class ModelPool:
             ray.kill(r)
         self.replicas = []
         self._remove_groups()
+        self._placed = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -104,17 +105,28 @@ def engine_settings(m: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return dict(m.engine_args), dict(m.env)
 
 
+# What a failed bind looks like in a server's output (uvicorn/asyncio or Python's socketserver):
+# the port was free when it was picked and taken before the server bound it.
+BIND_FAILED = re.compile(r"Errno 98|[Aa]ddress already in use|error while attempting to bind")
+REAPER = Path(__file__).with_name("reaper.py")
+
+
 class VLLMServer:
+    """One server process, started through :mod:`engine.hosting.reaper` (run by path) in a new
+    session: when this process dies, however it dies, the reaper stops the server and everything
+    it spawned (vLLM's EngineCore, tensor-parallel workers), so no orphan keeps a GPU."""
+
     def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
                  engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  log_path: str | Path | None = None, host: str = "0.0.0.0", module: str = VLLM_MODULE,
-                 api_key: str = "") -> None:
+                 api_key: str = "", bind_retries: int = 3, stop_grace_s: float = 20.0) -> None:
         if not Path(model_path).exists():
             raise FileNotFoundError(
                 f"model path {model_path} does not exist on this node; run scripts/setup.sh "
                 "(models are never downloaded at run time)")
+        self._args = (model_path, served_name, host, tensor_parallel_size, engine_args, module)
         self.port = free_port()
-        self.cmd = server_command(model_path, served_name, self.port, host, tensor_parallel_size, engine_args, module)
+        self.cmd = self._command(self.port)
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **(env or {})}
         if api_key:         # the environment, not the command line: vLLM logs its arguments
@@ -122,12 +134,51 @@ class VLLMServer:
         self.host = host
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.bind_retries = bind_retries
+        self.stop_grace_s = stop_grace_s
+        self.rebinds = 0                # ports given up because another process took them first
+        self._log_offset = 0
+
+    def _command(self, port: int) -> list[str]:
+        model_path, served_name, host, tp, engine_args, module = self._args
+        return server_command(model_path, served_name, port, host, tp, engine_args, module)
 
     def start(self) -> None:
-        out = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
+        """Start the server (through the reaper) on :attr:`port`."""
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        out: Any = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
         log.info("starting vLLM: %s", " ".join(self.cmd))
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        wrapped = [sys.executable, str(REAPER), "--parent", str(os.getpid()), "--grace", f"{self.stop_grace_s:g}",
+                   "--", *self.cmd]
+        try:
+            self.proc = subprocess.Popen(wrapped, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()         # the child holds its own descriptor
+
+    def _rebind(self) -> bool:
+        """The server exited because its port was taken (``free_port`` picks a port that is free
+        *now*; another process can bind it before the server does): start again on another port.
+        False when that is not why it exited, or the retries are spent."""
+        if self.rebinds >= self.bind_retries or not BIND_FAILED.search(self.output_since_start()):
+            return False
+        self.rebinds += 1
+        old, self.port = self.port, free_port()
+        self.cmd = self._command(self.port)
+        log.warning("port %d was taken before the server bound it: starting again on %d (retry %d of %d)",
+                    old, self.port, self.rebinds, self.bind_retries)
+        self.start()
+        return True
+
+    def output_since_start(self) -> str:
+        if not (self.log_path and self.log_path.exists()):
+            return ""
+        with self.log_path.open("rb") as f:
+            f.seek(self._log_offset)
+            return f.read().decode(errors="replace")
 
     def local_url(self) -> str:
         """The server from this machine: its bind address, or loopback when it listens on all."""
@@ -135,11 +186,14 @@ class VLLMServer:
         return f"http://{host}:{self.port}"
 
     def wait_healthy(self, timeout_s: float) -> float:
-        """Block until /health answers 200; returns seconds waited. Raises if the process dies."""
+        """Block until /health answers 200; returns seconds waited. Raises if the process dies
+        (after moving to another port when the one picked was taken)."""
         assert self.proc is not None
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
             if self.proc.poll() is not None:
+                if self._rebind():
+                    continue
                 raise RuntimeError(f"vLLM server exited with code {self.proc.returncode}; "
                                    f"see {self.log_path or 'its output'}: {self.tail()}")
             try:
@@ -158,14 +212,20 @@ class VLLMServer:
         return ""
 
     def stop(self) -> None:
+        """SIGTERM the server's process group (the reaper then SIGKILLs what is left after its
+        grace); SIGKILL the group when it is still there after the grace and 10 s more."""
         if self.proc and self.proc.poll() is None:
             import signal
 
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=self.stop_grace_s + 10)
             except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                pass
+        if self.proc:
+            import signal
+
+            try:                                # anything left in the group (the reaper is gone)
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

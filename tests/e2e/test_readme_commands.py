@@ -55,7 +55,7 @@ def why_not_here(lang: str, cmd: str, shared: bool) -> str | None:
     words = shlex.split(cmd, comments=True)
     if words[:2] in (["bash", "scripts/run.sh"], ["bash", "scripts/test.sh"]):
         return "one of the two README commands"
-    if words[0] == "python" and len(words) > 1 and words[1].startswith("benchmarks/"):
+    if words[0] == "python" and len(words) > 1 and words[1].startswith("perf/"):
         return "perf script"
     if words[0] in ("ray", "source", "kubectl", "docker"):
         return "starts or joins a Ray cluster"

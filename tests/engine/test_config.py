@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -33,7 +34,7 @@ def test_default_is_the_cpu_vllm_newsagent_run():
 
 @pytest.mark.parametrize("override,kind,message", [
     ("agent.max_operationz=3", ConfigCompositionException, "agent.max_operationz"),
-    ("model.replicas=two", ConfigCompositionException, "model.replicas"),
+    ("model.replicas=two", ConfigError, "model.replicas"),      # an integer or auto: checked by validate
     ("index.bogus=1", ConfigCompositionException, "index.bogus"),
     ("agent.mode=3-step", ConfigError, "agent.mode"),
     ("index.device=tpu", ConfigError, "index.device"),
@@ -207,3 +208,18 @@ def test_cached_compose_sees_an_edited_yaml_file(tmp_path, monkeypatch):
     os.utime(f, ns=(f.stat().st_mtime_ns + 10**9,) * 2)          # a new mtime even on a coarse clock
     again = configs._compose("config", ["model=openai_compatible"])
     assert first.model.request_timeout_s != 4321 and again.model.request_timeout_s == 4321
+
+
+def test_an_external_fleet_takes_base_urls_not_both(monkeypatch):
+    from engine.config import redact, validate_model
+
+    fleet = compose(["model=openai_compatible", "model.base_url=", "model.api_key_env=",
+                     "model.base_urls=[http://a.test:8000/v1,'https://b.test/v1?token=s3cret']"]).model
+    validate_model(fleet, "model")
+    assert redact({"base_urls": list(fleet.base_urls)})["base_urls"][1].startswith("https://b.test/v1?")
+    assert "s3cret" not in str(redact({"base_urls": list(fleet.base_urls)}))
+    for overrides, field in ((["model.base_urls=[http://a.test/v1]"], "model.base_urls"),
+                             (["model.base_url=", "model.base_urls=[http://a.test/v1,http://a.test/v1/]"], "model.base_urls"),
+                             (["model.base_url=", "model.base_urls=[http://a.test/v1,'']"], "model.base_urls[1]")):
+        with pytest.raises(ConfigError, match=re.escape(field) + ": "):
+            compose(["model=openai_compatible", "model.api_key_env=", *overrides])

@@ -211,3 +211,39 @@ def test_a_killed_web_service_is_rebuilt_and_the_run_completes(tmp_path):
     eps = EpisodeStore(tmp_path, LIVE.episode_fields).episodes().to_pylist()
     assert len(eps) == 12 and all(e["status"] == "ok" and e["finish_reason"] == "finish" for e in eps), \
         [(e["status"], e["finish_reason"], e["error"][:200]) for e in eps]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_an_external_fleet_is_routed_like_replicas_and_survives_losing_one(tmp_path):
+    """``model=openai_compatible model.base_urls=[a,b]``: a lab's own serving fleet (Serve LLM,
+    KServe, vLLM servers) for one model. Episodes spread over both, stick to one, and when one
+    endpoint goes away mid-run the rest of its episodes move to the other; nothing fails."""
+    with FakeOpenAI(responder, delay_s=0.2) as a, FakeOpenAI(responder, delay_s=0.2) as b:
+        cfg = compose(["benchmark=livenews", "agent=livenews", "model=openai_compatible",
+                       f"model.base_urls=[{a.base_url},{b.base_url}]", "model.base_url=", "model.name=fake",
+                       "model.api_key_env=", "model.request_timeout_s=5", "model.max_retries=0",
+                       f"run.dir={tmp_path}", "run.progress=false", "cluster.num_cpus=4", "cluster.num_workers=1",
+                       "cluster.episodes_per_worker=4", "judge=none", "run.num_seeds=2"])
+        stopped = threading.Event()
+
+        def stop_a() -> None:
+            deadline = time.time() + 120
+            while time.time() < deadline and len(a.requests) < 4:
+                time.sleep(0.02)
+            a.__exit__(None, None, None)
+            stopped.set()
+
+        t = threading.Thread(target=stop_a)
+        t.start()
+        session = Session()
+        try:
+            run(cfg, session)
+        finally:
+            t.join()
+            session.close()
+    assert stopped.is_set() and len(a.requests) >= 4 and len(b.requests) > len(a.requests)
+    eps = EpisodeStore(tmp_path, LIVE.episode_fields).episodes().to_pylist()
+    assert len(eps) == 24 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
+    # the episode's replica is where it ended: the ones that began on a moved to b
+    assert {e["replica"] for e in eps} == {1}

@@ -25,7 +25,9 @@ def test_episodes_stay_on_one_replica_and_inflight_is_bounded(sample_index, samp
         eps = [Endpoint(a.base_url, "m", replica=0), Endpoint(b.base_url, "m", replica=1)]
         setup = WorkerSetup("newsagent", "m", NewsagentAgentConfig(rephrase=False), "{}", eps, SamplingParams(),
                             2, 5, 0.7)
-        runner = EpisodeRunner(setup, AsyncLocalIndex(sample_index))
+        # re-pinning off: what is tested is that an episode stays (tests/hosting/test_lifecycle.py re-pins)
+        runner = EpisodeRunner(setup, AsyncLocalIndex(sample_index),
+                               router=Router(eps, SamplingParams(), 2, repin_min_gap=10**9))
         specs = [EpisodeSpec(f"{i:02x}{'ab' * 7}", "h", t, t.task_id, 0) for i, t in enumerate(sample_dataset.tasks[:10])]
         return await asyncio.gather(*[runner.run(s) for s in specs])
 

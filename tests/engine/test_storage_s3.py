@@ -192,3 +192,25 @@ def test_run_dir_lock_on_s3(s3_env):
         finally:
             RunDirLock._held[lock.path] = lock
     assert RunDirLock(uri).read() is None
+
+
+def test_the_driver_writer_and_a_many_shard_compaction_on_s3(s3_env, tmp_path):
+    """The background writer puts the points of one run dir in one shard per table; compaction
+    of many shards reads and deletes them from a pool of threads and changes no answer."""
+    from engine.writer import StoreWriter
+
+    uri = _uri(s3_env)
+    a = EpisodeStore(uri, BENCHMARK.episode_fields, local_dir=tmp_path)
+    b = EpisodeStore(uri, BENCHMARK.episode_fields, local_dir=tmp_path)
+    with StoreWriter(flush_s=3600) as w:
+        for i in range(6):
+            w.put(a if i % 2 else b, [ep(f"w{i}", config_hash="a" if i % 2 else "b")], [st(f"w{i}", 0)])
+    assert len(_keys(a, "episodes")) == len(_keys(a, "steps")) == 1
+    assert a.finished_ids(config_hash="a") == {"w1", "w3", "w5"} and a.finished_ids(config_hash="b") == {"w0", "w2", "w4"}
+    for i in range(24):
+        a.write_batch([ep(f"e{i}", status="error" if i % 5 == 0 else "ok")], [st(f"e{i}", 0)])
+    a.write_batch([ep("e0")], [st("e0", 0, "retried")])
+    before = (a.episodes(), a.steps())
+    a.compact()
+    assert len(_keys(a, "episodes")) == len(_keys(a, "steps")) == 1
+    assert a.episodes().equals(before[0]) and a.steps().equals(before[1])
