@@ -75,6 +75,9 @@ class ModelConfig:
     # row; a saturated one (late /health, tokens advancing) is never restarted.
     health_check_s: float = 15.0
     unhealthy_checks: int = 3
+    # Wedged: requests in the engine (or the health canary unanswered) and not one token for this
+    # long. Longer than the longest engine step: on a CPU a whole prompt is prefilled in one step.
+    stall_timeout_s: float = 60.0
     # Per-request timeout and retries for transient errors.
     request_timeout_s: float = 600.0
     # Retries of a failed call (429, 5xx, reset, timeout, a malformed answer): jittered exponential
@@ -477,6 +480,7 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
     _check(_finite(m.health_check_s) and m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
            "health_check_s must be > 0 and unhealthy_checks >= 1")
+    _check(_finite(m.stall_timeout_s) and m.stall_timeout_s >= 0, f"{where}.stall_timeout_s", "must be a number >= 0")
     _check(_finite(m.temperature) and 0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
     _check(_finite(m.top_p) and 0.0 < m.top_p <= 1.0, f"{where}.top_p", f"must be in (0, 1], got {m.top_p!r}")
     for price in ("price_input_per_mtok", "price_output_per_mtok", "price_gpu_hour"):

@@ -115,12 +115,18 @@ def health_ok(base: str, timeout_s: float) -> bool:
 class Liveness:
     """The verdicts of one replica's checks; :meth:`reset` after a restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, stall_s: float = 0.0) -> None:
+        # how long work may sit in the engine without one token before it is wedged
+        # (model.stall_timeout_s): longer than the longest engine step, e.g. a whole prompt's
+        # prefill in one step on a CPU
+        self.stall_s = stall_s
         self.prev: EngineSample | None = None
+        self.stall_from: EngineSample | None = None     # the first sample of the current stall
         self.tokens_per_s = 0.0
 
     def reset(self) -> None:
         self.prev = None
+        self.stall_from = None
         self.tokens_per_s = 0.0
 
     def observe(self, alive: bool, healthy: bool, sample: EngineSample | None, canary_overdue: bool = False) -> str:
@@ -136,9 +142,14 @@ class Liveness:
         advancing = prev is not None and sample is not None and sample.tokens > prev.tokens
         if prev is not None and sample is not None and sample.t > prev.t:
             self.tokens_per_s = max(0.0, sample.tokens - prev.tokens) / (sample.t - prev.t)
-        # work in the engine for a whole period and not one token processed meanwhile
-        pending = canary_overdue or (prev is not None and sample is not None and prev.busy and sample.busy)
-        stalled = prev is not None and sample is not None and pending and not advancing
+        # work in the engine, and not one token processed for stall_s since the stall began
+        stalled = False
+        if sample is not None and (sample.busy or canary_overdue) and not advancing:
+            if self.stall_from is None:
+                self.stall_from = prev if prev is not None and (prev.busy or canary_overdue) else sample
+            stalled = self.stall_from is not sample and sample.t - self.stall_from.t >= self.stall_s
+        elif sample is not None:
+            self.stall_from = None
         if healthy:
             return WEDGED if stalled else OK
         if advancing:

@@ -136,7 +136,7 @@ class ModelReplica:
                                  module=self.cfg.server_module, host=self.host, api_key=api_key)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
-        self.liveness = Liveness()
+        self.liveness = Liveness(self.cfg.stall_timeout_s)
         self.metrics = _replica_metrics()
         self._checks = 0
         self._canary: tuple[Any, int] | None = None     # (thread, the check that sent it)
@@ -451,11 +451,12 @@ class ModelPool:
 
         Restarts run in the background (``pending_restarts``). Returns True when the endpoints
         changed (an address, or who is in rotation): the driver then pushes them to the workers.
-        ``timeout_s``: the ``/health`` deadline (default: a quarter of ``model.health_check_s``,
-        at most 5 s)."""
+        ``timeout_s``: the ``/health`` deadline (default: ``model.health_check_s``, at most 5 s:
+        a busy vLLM on few cores answers late, and a deadline of a fraction of a second restarted
+        healthy servers in tests/e2e/test_fault_real.py)."""
         if self.cfg.kind != "vllm" or not self.replicas:
             return False
-        t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s / 4)
+        t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s)
         changed = False
         asked: dict[int, Any] = {}
         for i, r in enumerate(self.replicas):

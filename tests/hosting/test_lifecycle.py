@@ -109,6 +109,17 @@ def test_verdicts_tell_saturated_from_wedged():
     assert lv.observe(True, True, sample(2, 0, 11), canary_overdue=True) == OK      # slow, but moving
 
 
+def test_a_long_engine_step_is_not_a_wedge():
+    """On a CPU a whole prompt is prefilled in one engine step: seconds with requests running and no
+    token counted. ``model.stall_timeout_s`` is how long that may last (a 0.75 s /health deadline
+    and a one-period stall window restarted healthy real servers in test_fault_real)."""
+    lv = Liveness(stall_s=10.0)
+    assert lv.observe(True, True, sample(0, 1, 500)) == OK
+    assert [lv.observe(True, True, sample(t, 1, 500)) for t in (3, 6, 9)] == [OK, OK, OK]
+    assert lv.observe(True, True, sample(12, 1, 500)) == WEDGED          # 12 s since the stall began
+    assert lv.observe(True, True, sample(15, 1, 900)) == OK              # tokens again: over
+
+
 # -- the router -----------------------------------------------------------------------------
 
 def endpoints(n: int, **kw: Any) -> list[Endpoint]:
@@ -273,7 +284,7 @@ def test_wedged_leaves_rotation_within_two_periods_and_saturated_is_never_restar
         metrics_port = sock.getsockname()[1]
     local_ray(num_cpus=4, _metrics_export_port=metrics_port)
     period = 1.0
-    wedged = ModelPool(fake_model(tmp_path, name="wedged", health_check_s=period, unhealthy_checks=3,
+    wedged = ModelPool(fake_model(tmp_path, name="wedged", health_check_s=period, unhealthy_checks=3, stall_timeout_s=period,
                                   env={"PYTHONPATH": str(REPO), "FAKE_VLLM_WEDGE_AFTER": "1"}), tmp_path / "logs")
     busy = ModelPool(fake_model(tmp_path, name="busy", health_check_s=period, unhealthy_checks=2,
                                 env={"PYTHONPATH": str(REPO), "FAKE_VLLM_HEALTH_DELAY_S": "3",
@@ -301,7 +312,7 @@ def test_wedged_leaves_rotation_within_two_periods_and_saturated_is_never_restar
             wedged.check()
         assert wedged.restarts == 1 and wedged.endpoints[0].in_rotation
 
-        # saturated: /health answers after 3 s (the check gives it 0.25 s), tokens keep advancing
+        # saturated: /health answers after 3 s (the check gives it 1 s, the period), tokens keep advancing
         def load() -> None:
             while not stop.is_set():
                 try:
