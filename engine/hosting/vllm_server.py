@@ -17,10 +17,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from engine.hosting.liveness import health_ok
 
 log = logging.getLogger(__name__)
 
@@ -196,12 +196,8 @@ class VLLMServer:
                     continue
                 raise RuntimeError(f"vLLM server exited with code {self.proc.returncode}; "
                                    f"see {self.log_path or 'its output'}: {self.tail()}")
-            try:
-                with urllib.request.urlopen(self.local_url() + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return time.monotonic() - t0
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if health_ok(self.local_url(), 5.0):
+                return time.monotonic() - t0
             time.sleep(1.0)
         self.stop()
         raise TimeoutError(f"vLLM server not healthy after {timeout_s:.0f} s: {self.tail()}")

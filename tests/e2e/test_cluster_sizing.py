@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ray_temp_dir
+from tests.e2e.test_multinode import own_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS_PER_NODE = 2
@@ -37,27 +37,11 @@ MODELS = [("small", 1, 8), ("mid", 1, 4), ("large", 2, 16)]
 
 @pytest.fixture
 def gpu_cluster():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    addr_file = ray_temp_dir() / "ray_current_cluster"
-    before = addr_file.read_text() if addr_file.exists() else None
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    try:
-        if before is None:
-            addr_file.unlink(missing_ok=True)
-        else:
-            addr_file.write_text(before)
+    with own_cluster() as c:
         for _ in range(4):
             c.add_node(num_cpus=4, num_gpus=GPUS_PER_NODE)
         c.wait_for_nodes()
         yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 def configs(address: str, run_dir: Path, fail_once: Path | None) -> list[Any]:

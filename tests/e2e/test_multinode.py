@@ -13,10 +13,11 @@ Ray user on the machine joins it by accident.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow.parquet as pq
 import pytest
@@ -28,8 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER_NODE = {"num_cpus": 2, "resources": {"worker": 2}}
 
 
-@pytest.fixture
-def cluster():
+@contextlib.contextmanager
+def own_cluster() -> Iterator[Any]:
+    """A ``cluster_utils`` cluster of this test's own, with a head that has no CPUs for work: the
+    address file ``cluster_utils`` writes is restored at once; Ray and the cluster are shut down
+    after. The caller adds its nodes."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -43,15 +47,21 @@ def cluster():
             addr_file.unlink(missing_ok=True)
         else:
             addr_file.write_text(before)
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture
+def cluster():
+    with own_cluster() as c:
         nodes = {"replica": c.add_node(num_cpus=2, resources={"replica": 1}),
                  "index": c.add_node(num_cpus=1, resources={"index": 1}),
                  "worker": c.add_node(**WORKER_NODE)}
         c.wait_for_nodes()
         yield c, nodes
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 def config(address: str, tmp_path: Path, limit: int, *extra: str) -> Any:
