@@ -21,6 +21,17 @@ class ParseError(ValueError):
 def first_json_object(text: str) -> dict[str, Any]:
     """The first balanced ``{...}`` that parses as a JSON object (code fences allowed) and holds
     only valid Unicode; raises :class:`ParseError` (never another exception) when there is none."""
+    stripped = text.strip()
+    if stripped.startswith("{") and not _FENCE.search(text):
+        # the common case, a bare object (a judge's claims, an action): one C-level parse; the
+        # same object the scan below would find, since valid JSON balances its own braces
+        try:
+            obj = json.loads(stripped)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            if isinstance(obj, dict) and not _lone_surrogate(obj):
+                return obj
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     last_err = "no JSON object found"
     budget = _SCAN_FLOOR + _SCAN_PER_CHAR * len(text)

@@ -372,9 +372,12 @@ class BudgetGate:
     (:meth:`local`) or the methods of the budget actor (``engine.dispatch.remote_gate``)."""
 
     def __init__(self, acquire: Callable[[int, int], Awaitable[tuple[Reservation | None, str]]],
-                 settle: Callable[[Reservation, int, int], Awaitable[Any]]) -> None:
+                 settle: Callable[[Reservation, int, int], Awaitable[Any]], shared: bool = False) -> None:
         self._acquire = acquire
         self._settle = settle
+        # the ledger is an actor every process may call (a copy of the gate books in the same
+        # place); False: the ledger lives in this process's memory, so the gate must not be copied
+        self.shared = shared
 
     @classmethod
     def local(cls, budget: Budget, point: str = "") -> "BudgetGate":

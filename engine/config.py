@@ -181,8 +181,10 @@ class RunConfig:
     seed: int = 0
     # Number of seeds (episodes per task per config): seeds seed..seed+num_seeds-1.
     num_seeds: int = 1
-    # Finished episodes are flushed as a Parquet shard at least this often (seconds).
+    # Finished episodes are flushed as a Parquet shard at least this often (seconds), or once a
+    # run dir's buffered rows reach flush_bytes (one shard per table per run dir per flush).
     flush_interval_s: float = 2.0
+    flush_bytes: int = 32 << 20
     # A resumed run re-runs the episodes that failed (status error) only when this is true; by
     # default it runs what never finished (new, budget-stopped) and keeps failures as results.
     retry_failed: bool = False
@@ -236,6 +238,17 @@ class JudgeConfig:
     # Per call. Generous: a 3000-token generation (an analyst checklist) on a busy CPU replica runs ~20 min.
     # A call that times out is recorded and asked again by the next stage run.
     request_timeout_s: float = 1800.0
+    # Where judging runs: this many judge actors (Ray; a configuration's tasks are spread over
+    # them), each asking for actor_cpus CPUs and actor_resources; 0 judges on a thread of the
+    # driver. Not part of the judge's identity (where a verdict is computed does not change it).
+    # actor_cpus 0 (the default) reserves nothing, so judge actors never wait for CPUs the
+    # replicas and episode workers hold (Ray places them anywhere, the head included); on a
+    # cluster whose head is small, reserve a CPU (judge.actor_cpus=1) or name a resource of the
+    # worker nodes (judge.actor_resources) to keep them off it.
+    actors: int = 1
+    actor_cpus: float = 0.0
+    actor_resources: dict[str, float] = field(default_factory=dict)
+    actor_start_timeout_s: float = 300.0
     # openai_compatible judges: prices per million tokens for cost accounting (a hosted judge is
     # paid for by the model's replica uptime).
     price_input_per_mtok: float = 0.0
@@ -551,6 +564,10 @@ def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
         validate_model(j.hosted_model, "judge.hosted_model")
     _check(j.max_attempts >= 1, "judge.max_attempts", "must be >= 1")
     _check(j.max_inflight >= 1, "judge.max_inflight", "must be >= 1")
+    _check(j.actors >= 0, "judge.actors", f"must be >= 0 (0: judge on a thread of the driver), got {j.actors}")
+    _non_negative(j.actor_cpus, "judge.actor_cpus")
+    _check(j.actor_start_timeout_s > 0, "judge.actor_start_timeout_s", "must be > 0")
+    _check_resources(j.actor_resources, "judge.actor_resources")
     _check(_finite(j.temperature) and 0.0 <= j.temperature <= 2.0, "judge.temperature", "must be in [0, 2]")
     _positive(j.request_timeout_s, "judge.request_timeout_s")
     _non_negative(j.price_input_per_mtok, "judge.price_input_per_mtok")
@@ -584,6 +601,7 @@ def validate(cfg: Config) -> None:
     _check(r.seed >= 0, "run.seed", "must be >= 0")
     _check(r.max_failures >= 0, "run.max_failures", f"must be >= 0 (0: never stop), got {r.max_failures}")
     _non_negative(r.flush_interval_s, "run.flush_interval_s")
+    _check(r.flush_bytes >= 1 << 16, "run.flush_bytes", f"must be >= 65536, got {r.flush_bytes}")
     _check(r.score_failures in SCORE_FAILURES, "run.score_failures",
            f"must be one of {SCORE_FAILURES}, got {r.score_failures!r}")
     _check(bool(r.dir), "run.dir", "required")

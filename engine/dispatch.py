@@ -27,7 +27,7 @@ from engine.cost import Prices
 from engine.llm import Endpoint, Router, SamplingParams
 from engine.protocol import EpisodeContext, IndexClient, dumps
 from engine import transcripts
-from engine.storage import step_rows
+from engine.storage import step_rows, sub_uri, upload_tree
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,9 @@ class WorkerSetup:
     uses_model: bool = True
     data_json: str = ""        # benchmark config as JSON (without the task limit)
     artifacts_dir: str = ""    # RUN_DIR/artifacts: per-episode folders (shared storage on a cluster)
+    # the remote run dir's artifacts/ (s3://...; "" for a local run dir): each episode's folder is
+    # copied there when it ends, since the worker's disk is not the run dir
+    artifacts_uri: str = ""
     model_path: str = ""       # the served model's local folder, for tokenizers ("" if external)
     # how long a call waits for a restarted replica when none answers (0: fail at once, for
     # external endpoints nobody restarts)
@@ -148,6 +151,13 @@ class EpisodeRunner:
             if gated is not None:
                 current_gate.reset(gated)
         finished = time.time()
+        if s.artifacts_uri and ctx.workdir is not None and ctx.workdir.is_dir():
+            try:
+                n = await asyncio.to_thread(upload_tree, ctx.workdir, sub_uri(s.artifacts_uri, spec.episode_id))
+                log.debug("episode %s: %d artifact file(s) copied to the run dir", spec.episode_id, n)
+            except Exception as e:  # noqa: BLE001 - the result stands; say what is missing
+                log.error("episode %s: its artifacts stay on %s only (copying them to %s failed: %s)",
+                          spec.episode_id, ctx.workdir, s.artifacts_uri.partition("?")[0], e)
         calls: list[dict[str, Any]] = []
         messages: dict[str, dict[str, Any]] = {}
         if lost:
@@ -399,7 +409,7 @@ def remote_gate(actor: Any, point: str = "") -> BudgetGate:
         except LEDGER_LOST as e:
             raise LedgerLost(f"the run's budget ledger is gone ({type(e).__name__}: {str(e)[:300]})") from e
 
-    return BudgetGate(acquire, settle)
+    return BudgetGate(acquire, settle, shared=True)
 
 
 def _worker_lost() -> tuple[type[BaseException], ...]:

@@ -303,36 +303,53 @@ class ConfigView:
         return count(self.rows, self.planned)
 
 
+def config_hashes(store: Any, bench: Any) -> list[str]:
+    """The configurations of ``bench`` stored in ``store`` (one column read)."""
+    import pyarrow.compute as pc
+
+    t = store.episodes(["config_hash"], benchmark=bench.name)
+    return sorted(pc.unique(t["config_hash"]).to_pylist()) if t.num_rows else []
+
+
+def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any], judge: str | None = None,
+             score_failures: str | None = None, evaluation: Mapping[str, dict[str, Any]] | None = None
+             ) -> list[ConfigView]:
+    """One configuration of ``store`` once per judge that judged it (or once with no judge), read
+    on its own: its episodes and its judgements only (both tables are written sorted by
+    configuration, so the other configurations' row groups are skipped, not read)."""
+    from engine.judges import judged_views
+
+    eps = store.episodes(benchmark=bench.name, config_hash=config_hash).to_pylist()
+    if not eps:
+        return []
+    ids = [r["episode_id"] for r in eps]
+    by_judge = store.judgements_by_judge(bench.parse_judgement, config_hash=config_hash, episode_ids=ids)
+    judges = store.judges(config_hash=config_hash, episode_ids=ids) if by_judge else {}
+    sp = plans.get(config_hash)
+    planned = [Planned(e, t, s, f) for e, t, s, f in sp.episodes] if sp is not None else None
+    policy = score_failures or (sp.score_failures if sp is not None and sp.score_failures else "as_wrong")
+    ev = (evaluation or {}).get(config_hash)
+    if ev is None and sp is not None and sp.evaluation:
+        ev = json.loads(sp.evaluation)
+    tset = sp.task_set if sp is not None and sp.task_set else task_set(plan_of(eps, None))
+    first = eps[0]
+    return [ConfigView(config_hash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
+                       v.judge_model, v.self_judged, v.rows, planned, policy, tset,
+                       json.dumps([v.judge, dataset_key(bench, first["data"])]))
+            for v in judged_views(eps, by_judge, judges, judge, ev)]
+
+
 def config_views(store: Any, bench: Any, judge: str | None = None, score_failures: str | None = None,
                  evaluation: Mapping[str, dict[str, Any]] | None = None) -> list[ConfigView]:
     """Every configuration of ``bench`` in ``store`` once per judge that judged it (or once with
     no judge), sorted by config hash then judge. ``judge`` keeps one judge (id, prefix or model
     name); ``score_failures`` overrides the policy each plan recorded (default as_wrong);
     ``evaluation`` (config hash -> settings) gives unjudged views the settings to score under
-    (else the plan's)."""
-    from engine.judges import judged_views
-
-    by_judge = store.judgements_by_judge(bench.parse_judgement)
-    judges = store.judges()
+    (else the plan's). Every configuration's rows at once (the report); :func:`reduce_store`
+    holds one configuration at a time."""
     plans = store.plans()
-    groups: dict[str, list[Row]] = defaultdict(list)
-    for r in store.episodes(benchmark=bench.name).to_pylist():
-        groups[r["config_hash"]].append(r)
-    out: list[ConfigView] = []
-    for chash, eps in sorted(groups.items()):
-        sp = plans.get(chash)
-        planned = [Planned(e, t, s, f) for e, t, s, f in sp.episodes] if sp is not None else None
-        policy = score_failures or (sp.score_failures if sp is not None and sp.score_failures else "as_wrong")
-        ev = (evaluation or {}).get(chash)
-        if ev is None and sp is not None and sp.evaluation:
-            ev = json.loads(sp.evaluation)
-        tset = sp.task_set if sp is not None and sp.task_set else task_set(plan_of(eps, None))
-        first = eps[0]
-        for v in judged_views(eps, by_judge, judges, judge, ev):
-            out.append(ConfigView(chash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
-                                  v.judge_model, v.self_judged, v.rows, planned, policy, tset,
-                                  json.dumps([v.judge, dataset_key(bench, first["data"])])))
-    return out
+    return [v for c in config_hashes(store, bench) for v in views_of(store, bench, c, plans, judge, score_failures,
+                                                                       evaluation)]
 
 
 def families(views: Sequence[ConfigView]) -> dict[str, list[ConfigView]]:
@@ -343,25 +360,25 @@ def families(views: Sequence[ConfigView]) -> dict[str, list[ConfigView]]:
     return dict(out)
 
 
+def _emit(bench: Any, v: ConfigView, planned: Sequence[Planned] | None, scope: str, dropped: int,
+          text: str) -> list[dict[str, Any]]:
+    from engine.storage import metric_rows
+
+    note = UNGRADED if getattr(bench, "judge_metrics", ()) else ""
+    rows, _ = metric_rows_of(bench, v, planned)
+    counts = v.counts()          # the counts say what the configuration's plan holds, in either scope
+    return metric_rows(bench.name, v.model, v.config_hash, v.agent, v.data, rows, v.judge, v.judge_model,
+                       v.self_judged, **counts.columns(), score_failures=v.policy, scope=scope,
+                       task_set=v.task_set, tasks_dropped=dropped,
+                       note=" ".join(x for x in (text, "" if v.judge else note) if x))
+
+
 def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
     """The metrics table: every view over its own plan (``scope`` all), and, in every family of two
     or more configurations, every view over the tasks all of them finished (``scope`` common)."""
-    from engine.storage import metric_rows
-
     out: list[dict[str, Any]] = []
-
-    note = UNGRADED if getattr(bench, "judge_metrics", ()) else ""
-
-    def emit(v: ConfigView, planned: Sequence[Planned] | None, scope: str, dropped: int, text: str) -> None:
-        rows, _ = metric_rows_of(bench, v, planned)
-        counts = v.counts()          # the counts say what the configuration's plan holds, in either scope
-        out.extend(metric_rows(bench.name, v.model, v.config_hash, v.agent, v.data, rows, v.judge, v.judge_model,
-                               v.self_judged, **counts.columns(), score_failures=v.policy, scope=scope,
-                               task_set=v.task_set, tasks_dropped=dropped,
-                               note=" ".join(x for x in (text, "" if v.judge else note) if x)))
-
     for v in views:
-        emit(v, v.planned, ALL, 0, "")
+        out += _emit(bench, v, v.planned, ALL, 0, "")
     for members in families(views).values():
         if len(members) < 2:
             continue
@@ -369,7 +386,63 @@ def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
         union = set().union(*(planned_tasks(v.rows, v.planned) for v in members))
         text = common_note(len(common), len(union - common), len(members))
         for v in members:
-            emit(v, restrict(v.rows, v.planned, common), COMMON, len(planned_tasks(v.rows, v.planned) - common), text)
+            out += _emit(bench, v, restrict(v.rows, v.planned, common), COMMON,
+                         len(planned_tasks(v.rows, v.planned) - common), text)
+    return out
+
+
+def reduce_store(store: Any, bench: Any, judge: str | None = None, score_failures: str | None = None,
+                 evaluation: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """:func:`reduce` over a whole run dir, one configuration in memory at a time: a first pass
+    emits every view over its own plan and keeps only its task sets (finished, planned) and its
+    metric rows; in families of two or more, a view none of whose planned tasks is cut has the
+    same numbers over the common tasks, and only the other configurations are read again. The same rows, in the same order, as ``reduce(bench,
+    config_views(...))``; memory is one configuration's episodes and judgements, not the store's."""
+    snapshot = getattr(store, "snapshot", None)
+    if snapshot is None:
+        return _reduce_store(store, bench, judge, score_failures, evaluation)
+    with snapshot():            # listings and footers read once for every configuration's reads
+        return _reduce_store(store, bench, judge, score_failures, evaluation)
+
+
+def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str | None,
+                  evaluation: Mapping[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    plans = store.plans()
+    hashes = config_hashes(store, bench)
+    out: list[dict[str, Any]] = []
+    # per view: its rows over its own plan (kept: a view whose planned tasks every member of its
+    # family finished has the same numbers over the common tasks) and its task sets
+    fam: dict[str, list[tuple[str, str, set[str], set[str], list[dict[str, Any]]]]] = defaultdict(list)
+    for c in hashes:
+        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation):
+            rows = _emit(bench, v, v.planned, ALL, 0, "")
+            out += rows
+            fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
+                                  rows))
+    multi = {f: m for f, m in fam.items() if len(m) >= 2}
+    if not multi:
+        return out
+    common = {f: set.intersection(*(x[2] for x in m)) for f, m in multi.items()}
+    texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m))
+             for f, m in multi.items()}
+    by_family: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {f: {} for f in multi}
+    again: set[str] = set()
+    for f, m in multi.items():
+        for c, j, _, planned, rows in m:
+            if planned <= common[f]:        # nothing of its plan is cut: the same numbers, another scope
+                by_family[f][(c, j)] = [dict(r, scope=COMMON, tasks_dropped=0,
+                                             note=" ".join(x for x in (texts[f], r["note"]) if x)) for r in rows]
+            else:
+                again.add(c)
+    for c in (h for h in hashes if h in again):     # re-read: only configurations with tasks to cut
+        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation):
+            if v.family in multi and (c, v.judge) not in by_family[v.family]:
+                by_family[v.family][(c, v.judge)] = _emit(
+                    bench, v, restrict(v.rows, v.planned, common[v.family]), COMMON,
+                    len(planned_tasks(v.rows, v.planned) - common[v.family]), texts[v.family])
+    for f, m in multi.items():
+        for c, j, *_ in m:
+            out += by_family[f][(c, j)]
     return out
 
 

@@ -69,10 +69,15 @@ class _Rows:
     steps: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    judgements: list[dict[str, Any]] = field(default_factory=list)     # with their own _calls / _messages
     nbytes: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.episodes or self.judgements)
 
     def extend(self, other: _Rows) -> None:
         self.episodes += other.episodes
+        self.judgements += other.judgements
         self.steps += other.steps
         self.calls += other.calls
         for k, m in other.messages.items():
@@ -94,9 +99,20 @@ class WriterStats:
     flushes: int = 0                 # write cycles that wrote something
     shards: int = 0                  # write_batch calls (one per run dir per flush)
     episodes: int = 0
+    judgements: int = 0
     write_s: float = 0.0             # time spent writing (the writer thread)
     max_write_s: float = 0.0         # longest single flush cycle
     waits_s: float = 0.0             # time put() waited for the writer (back pressure)
+
+
+def _write_rows(store: EpisodeStore, rows: _Rows) -> None:
+    """One sink's flush: episodes with their steps and transcripts (one batch), then judgements
+    (one shard). Episode rows are copied first: write_batch stamps the batch id into them, and the
+    judges may be reading the same dicts."""
+    if rows.episodes:
+        store.write_batch([dict(e) for e in rows.episodes], rows.steps, rows.calls, rows.messages.values())
+    if rows.judgements:             # copies: write_judgements takes their transcripts out (a retry needs them)
+        store.write_judgements([dict(j) for j in rows.judgements])
 
 
 class StoreWriter:
@@ -105,14 +121,17 @@ class StoreWriter:
     by default ``store.write_batch(episodes, steps, calls, messages)``."""
 
     def __init__(self, flush_s: float, flush_bytes: int = FLUSH_BYTES, max_pending_bytes: int = MAX_PENDING_BYTES,
-                 write: Callable[[EpisodeStore, _Rows], Any] | None = None, name: str = "dateline-store-writer") -> None:
+                 write: Callable[[EpisodeStore, _Rows], Any] | None = None, name: str = "dateline-store-writer",
+                 on_written: Callable[[EpisodeStore, list[dict[str, Any]]], Any] | None = None) -> None:
         self.flush_s = max(0.0, float(flush_s))
         self.flush_bytes = flush_bytes
         self.max_pending_bytes = max(flush_bytes, max_pending_bytes)
-        # write_batch stamps the batch id into the rows: episode rows are copied first, since the
-        # judge stream's thread may be reading the same dicts
-        self._write = write or (lambda s, r: s.write_batch([dict(e) for e in r.episodes], r.steps, r.calls,
-                                                           r.messages.values()))
+        self._write = write or _write_rows
+        # called (on the writer thread) with each written shard's episode rows, once they are
+        # stored: the run hands them to its judges only then, so no judgement is ever stored for
+        # an episode whose row is not (a crash in between would re-run the episode under the
+        # same id, and the old verdict would be read as the new text's)
+        self.on_written = on_written
         self._cond = threading.Condition()
         self._sinks: dict[Any, _Sink] = {}              # in first-seen order: the order of writes in a flush
         self._by_store: dict[int, Any] = {}              # id(store) -> sink key
@@ -135,6 +154,16 @@ class StoreWriter:
         rows = _Rows(list(episodes), list(steps), list(calls), dict(messages or {}))
         rows.nbytes = approx_bytes(rows.episodes) + approx_bytes(rows.steps) + approx_bytes(rows.calls) \
             + approx_bytes(rows.messages)
+        self._put(store, rows)
+
+    def put_judgements(self, store: EpisodeStore, judgements: Sequence[dict[str, Any]]) -> None:
+        """Hand over judgement rows (``ray_jobs.judge.JudgeCaller``'s, each with its ``_calls`` and
+        ``_messages``): written as one judgements shard per run dir per flush."""
+        rows = _Rows(judgements=list(judgements))
+        rows.nbytes = approx_bytes(rows.judgements)
+        self._put(store, rows)
+
+    def _put(self, store: EpisodeStore, rows: _Rows) -> None:
         with self._cond:
             self._raise_if_failed()
             if self._closing:
@@ -164,6 +193,22 @@ class StoreWriter:
             self._flush_now = True
             self._cond.notify_all()
 
+    def drain(self, timeout: float | None = None) -> None:
+        """Write everything handed over so far now, and wait until it is written (or raise what
+        went wrong, as :meth:`close`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flush_now = True
+            self._cond.notify_all()
+            while self._pending > 0 and self._fatal is None:
+                stuck = [s for s in self._sinks.values() if s.error]
+                if stuck:
+                    raise self._write_error(stuck[0])
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"the store writer did not write {self._pending} bytes in {timeout} s")
+                self._cond.wait(0.2)
+            self._raise_if_failed()
+
     def close(self) -> None:
         """Write everything buffered (one last pass, in order), stop the thread, and raise what
         went wrong: the writer's fatal error, or :class:`StoreWriteError` for rows the last pass
@@ -175,7 +220,7 @@ class StoreWriter:
         with self._cond:
             self._closed = True
             self._raise_if_failed()
-            stuck = [s for s in self._sinks.values() if s.rows.episodes]
+            stuck = [s for s in self._sinks.values() if s.rows]
             if stuck:
                 raise self._write_error(stuck[0])
 
@@ -196,10 +241,11 @@ class StoreWriter:
 
     @staticmethod
     def _write_error(sink: _Sink) -> StoreWriteError:
+        what = f"{len(sink.rows.episodes)} finished episodes" + (
+            f" and {len(sink.rows.judgements)} judgements" if sink.rows.judgements else "")
         return StoreWriteError(
-            f"could not write {len(sink.rows.episodes)} finished episodes to run dir {sink.store.uri}: "
-            f"{sink.error}. What is stored stays readable; free space and re-run the same command: these "
-            "episodes run again.")
+            f"could not write {what} to run dir {sink.store.uri}: {sink.error}. What is stored stays readable; "
+            "free space and re-run the same command: these episodes run (and are judged) again.")
 
     def _sink(self, store: EpisodeStore) -> Any:
         """The sink of ``store``'s run dir (under the lock). Points of one run dir share one
@@ -233,7 +279,7 @@ class StoreWriter:
     def _due(self, last: float) -> tuple[list[Any], float | None]:
         """Sinks to write now, and how long to wait otherwise (None: until rows come)."""
         now = time.monotonic()
-        with_rows = [k for k, s in self._sinks.items() if s.rows.episodes]
+        with_rows = [k for k, s in self._sinks.items() if s.rows]
         if self._closing:
             return with_rows, 0.0
         backing_off = [self._sinks[k].retry_at for k in with_rows if self._sinks[k].retry_at > now]
@@ -297,8 +343,17 @@ class StoreWriter:
                 self._pending -= rows.nbytes
                 self.stats.shards += 1
                 self.stats.episodes += len(rows.episodes)
+                self.stats.judgements += len(rows.judgements)
                 wrote += 1
                 self._cond.notify_all()
+            if self.on_written is not None and rows.episodes:
+                try:
+                    self.on_written(store, rows.episodes)
+                except BaseException as e:  # noqa: BLE001 - handed to the driver by put/check/close
+                    with self._cond:
+                        self._fatal = e
+                        self._cond.notify_all()
+                    return False
         dt = time.monotonic() - t0
         with self._cond:
             if wrote:

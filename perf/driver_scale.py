@@ -32,6 +32,20 @@ read the store back at the end and must find every episode once.
 Then compaction on the same S3 (``--compact-shards`` flushes of 10 episodes each, in two
 prefixes): ``EpisodeStore.compact`` with its remote reads and deletes one object at a time (as
 before) vs from its pool of threads.
+
+Then the judge stage and the reduce (``--judge-episodes``, 0 skips): analyst episodes finish at
+``--judge-rate`` per second into the real writer, which hands them, once stored, to
+``--judge-actors`` judge actors (``ray_jobs.judge.JudgeFleet`` on a local Ray) that build the
+analyst judge's real requests (``--criteria`` checklist criteria per task, claim extraction per
+report chunk, 40 claims verified with MiniLM-retrieved evidence: 58 per episode by default)
+against an instant fake judge (aiohttp, in a process of its own) and write the judgements
+through their own writers to the same S3 run dir. Printed: generated vs judged episodes per
+second, the dispatch loop's longest stall, the driver's peak RSS, S3 requests per flush; then
+``reduce_metrics`` over that run dir in a child process (its time and peak RSS). On a 2-core
+machine the judge actors, the fake judge, moto and the driver share the cores: the judge rate
+this box sustains is a few episodes per second per actor (``docs/design/driver.md``), so the
+judge stage runs a few hundred episodes here, not 100,000; ``perf/reduce_scale.py`` runs the
+reduce at 100,000.
 """
 
 from __future__ import annotations
@@ -42,7 +56,6 @@ import json
 import logging
 import os
 import random
-import resource
 import socket
 import subprocess
 import sys
@@ -103,6 +116,16 @@ def s3_requests(endpoint: str) -> dict[str, int]:
     with urllib.request.urlopen(f"http://{endpoint}/__stats") as r:
         counts: dict[str, int] = json.loads(r.read())
         return counts
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (``VmHWM``) in MB. Not ``getrusage().ru_maxrss``: Linux
+    carries that over from the parent across fork + exec, so a child of this script (whose moto
+    holds every object written) would report the parent's size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # -- synthetic analyst episodes --------------------------------------------------------------------------
@@ -232,7 +255,7 @@ def run_side(a: argparse.Namespace) -> dict[str, Any]:
     wall = time.monotonic() - t0
     req1 = s3_requests(a.endpoint)
     by_method = {m: n - req0.get(m, 0) for m, n in sorted(req1.items()) if n - req0.get(m, 0)}
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     check = EpisodeStore(uri, BENCHMARK.episode_fields)
     ids = check.episodes(["episode_id"])["episode_id"].to_pylist()
     assert len(ids) == len(set(ids)) == a.episodes, f"{a.mode}: {len(ids)} episodes read back, {a.episodes} written"
@@ -271,6 +294,181 @@ def compaction(endpoint: str, shards: int) -> list[tuple[str, float, int]]:
     return out
 
 
+# -- the judge stage and the reduce ------------------------------------------------------------------------------
+JUDGE_SERVER = r"""
+import json, re, sys
+from aiohttp import web
+
+async def chat(req):
+    body = await req.json()
+    text = body["messages"][0]["content"]
+    if "Evaluation criteria:" in text:
+        out = "The criterion is mostly met, therefore, the rating is: 4"
+    elif "atomic factual claims" in text:
+        words = re.findall(r"[a-z0-9]+", text[-3000:])
+        out = json.dumps({f"The report states {' '.join(words[i:i + 6])} (claim {i})": "quote" for i in range(24)})
+    else:
+        out = "SUPPORTED"
+    n = len(text) // 4
+    return web.json_response({"id": "x", "object": "chat.completion", "model": body.get("model", "grader"),
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": out}}],
+        "usage": {"prompt_tokens": n, "completion_tokens": len(out) // 4, "total_tokens": n + len(out) // 4}})
+
+app = web.Application(client_max_size=1 << 24)
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+"""
+
+
+def judge_tasks(root: Path, n: int, criteria: int) -> Path:
+    """``n`` analyst tasks (copies of the bundled unemployment brief, its sources included) with a
+    checklist of ``criteria`` criteria each (the bundled 8, then rephrased repeats)."""
+    import shutil
+
+    src = REPO / "engine/benchmarks/analyst/sample_tasks/unemployment-brief"
+    base = json.loads((src / "checklist.json").read_text())
+    crit = [base[i % len(base)] if i < len(base) else base[i % len(base)].replace("The response should",
+            f"The response (check {i}) should", 1) for i in range(criteria)]
+    for t in range(n):
+        d = root / f"brief-{t:03d}"
+        shutil.copytree(src, d)
+        task = json.loads((d / "task.json").read_text())
+        (d / "task.json").write_text(json.dumps(dict(task, task_id=d.name)))
+        (d / "checklist.json").write_text(json.dumps(crit))
+    return root
+
+
+def judge_side(a: argparse.Namespace) -> dict[str, Any]:
+    """The dispatch loop with the judges: analyst episodes finish at ``--judge-rate`` per second
+    into the real writer; once stored, the writer hands them to the judge actors (a JudgeFleet
+    of ``--judge-actors``), whose judgements go through their own writers to the same S3 run dir.
+    Measured: the loop's longest stall, generated and judged episodes per second, S3 requests."""
+    import tempfile
+
+    import ray
+
+    from engine.benchmarks.analyst import BENCHMARK
+    from engine.llm import Endpoint
+    from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
+    from engine.writer import StoreWriter
+    from ray_jobs.configs import compose
+    from ray_jobs.judge import JudgeFleet
+
+    tmp = Path(tempfile.mkdtemp(prefix="dateline-judge-scale-"))
+    tasks = judge_tasks(tmp / "tasks", a.judge_tasks, a.criteria)
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    jport = port.getsockname()[1]
+    port.close()
+    server = subprocess.Popen([sys.executable, "-c", JUDGE_SERVER, str(jport)])
+    uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
+    gen = Episodes(a.points, seed=2)
+    data = json.dumps({"name": "analyst", "tasks_dir": str(tasks), "checklists_dir": "", "max_claims": 40,
+                       "claims_chunk_tokens": 1000, "evidence_k": 4})
+    stores = [EpisodeStore(uri, BENCHMARK.episode_fields) for _ in range(a.points)]
+    cfg = compose(["benchmark=analyst", "agent=analyst", f"benchmark.tasks_dir={tasks}", "judge=openai_compatible",
+                   f"judge.base_url=http://127.0.0.1:{jport}/v1", "judge.model=grader", "judge.api_key_env=",
+                   f"judge.max_inflight={a.judge_inflight}", "judge.max_attempts=1", f"judge.actors={a.judge_actors}"])
+    ray.init(num_cpus=a.judge_actors + 1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DATELINE_",
+                                                                                              "HF_", "TRANSFORMERS_"))}})
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{jport}/v1/chat/completions", timeout=1)
+            except urllib.error.HTTPError:
+                break                     # 405: it answers
+            except OSError:
+                time.sleep(0.1)
+        fleet = JudgeFleet(a.judge_actors, a.flush_s, num_cpus=1.0)
+        keys = [f"point-{p}" for p in range(a.points)]
+        for p, k in enumerate(keys):
+            fleet.add(k, cfg, BENCHMARK, stores[p], [Endpoint(f"http://127.0.0.1:{jport}/v1", "grader", "")], None,
+                      a.judge_inflight, gen.points[p])
+        by_hash = {h: k for h, k in zip(gen.points, keys)}
+
+        first_stored: list[float] = []
+
+        def written(store: Any, rows: list[dict[str, Any]]) -> None:
+            if not first_stored:
+                first_stored.append(time.monotonic())
+            per: dict[str, list[dict[str, Any]]] = {}
+            for r in rows:
+                per.setdefault(by_hash[r["config_hash"]], []).append(r)
+            for k, rs in per.items():
+                fleet.submit(k, rs)
+
+        writer = StoreWriter(a.flush_s, on_written=written)
+        bufs: dict[int, tuple[list[Any], list[Any], list[Any], dict[str, Any]]] = {}
+        stalls: list[float] = []
+        req0 = s3_requests(a.endpoint)
+        t0 = time.monotonic()
+        taken = 0
+        arrive_s = a.judge_episodes / a.judge_rate
+        while taken < a.judge_episodes:
+            it0 = time.monotonic()
+            due = min(a.judge_episodes, int((it0 - t0) / arrive_s * a.judge_episodes))
+            for i in range(taken, due):
+                p, row, steps, calls, msgs = gen.make(i)
+                row.update(data=data, task_id=f"brief-{(i // a.points) % a.judge_tasks:03d}",
+                           output="# Brief\n\n" + "\n\n".join(gen.cut(1300) + "." for _ in range(6)))
+                b = bufs.setdefault(p, ([], [], [], {}))
+                b[0].append(row)
+                b[1].extend(steps)
+                b[2].extend(calls)
+                b[3].update(msgs)
+            taken = due
+            f0 = time.monotonic()
+            writer.check()
+            for k, (eps, steps, calls, messages) in list(bufs.items()):
+                if eps:
+                    writer.put(stores[k], eps, steps, calls, messages)
+                    bufs[k] = ([], [], [], {})
+            stalls.append(time.monotonic() - f0)
+            time.sleep(max(0.0, 0.05 - (time.monotonic() - it0)))
+        gen_s = time.monotonic() - t0
+        writer.close()
+        stats = [fleet.finish(k) for k in keys]
+        judged_s = time.monotonic() - t0
+        fleet.close()
+        req1 = s3_requests(a.endpoint)
+        rss_mb = peak_rss_mb()
+        check = EpisodeStore(uri, BENCHMARK.episode_fields)
+        n_j = check._read("judgements", JUDGEMENT_SCHEMA, ["episode_id"]).num_rows
+        j_shards = len(check._files("judgements"))
+        ok = sum(s["ok"] for s in stats)
+        failed = sum(s["failed"] for s in stats)
+    finally:
+        ray.shutdown()
+        server.terminate()
+    requests = sum(req1.values()) - sum(req0.values())
+    # generated: over the span episodes finished in; judged: from the first episode stored (the
+    # judges get episodes only then) to the last judgement stored
+    judging_s = judged_s - (first_stored[0] - t0)
+    return {"episodes": a.judge_episodes, "gen_s": gen_s, "judged_s": judged_s, "gen_eps": a.judge_episodes / gen_s,
+            "judged_eps": a.judge_episodes / judging_s, "judgements": n_j, "per_episode": n_j / a.judge_episodes,
+            "ok": ok, "failed": failed, "max_stall_s": max(stalls), "rss_mb": rss_mb, "requests": requests,
+            "flushes": writer.stats.flushes, "judgement_shards": j_shards, "tasks_dir": str(tasks)}
+
+
+def reduce_side(a: argparse.Namespace) -> dict[str, Any]:
+    """``reduce_metrics`` over the run dir the judge side wrote, in a process of its own (its peak
+    RSS is the reduce's)."""
+    from engine.benchmarks.analyst import BENCHMARK
+    from engine.storage import EpisodeStore
+    from ray_jobs.run import reduce_metrics
+
+    uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
+    store = EpisodeStore(uri, BENCHMARK.episode_fields)
+    rss0 = peak_rss_mb()
+    t0 = time.monotonic()
+    rows = reduce_metrics(store, "analyst")
+    return {"reduce_s": time.monotonic() - t0, "rss_mb": peak_rss_mb(),
+            "rss0_mb": rss0, "metric_rows": len(rows),
+            "configs": len({r["config_hash"] for r in rows}),
+            "n": sorted({r["n_scored"] for r in rows if r["scope"] == "all"})}
+
+
 # -- the comparison ----------------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -281,7 +479,16 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=40.0, help="added to every S3 request")
     ap.add_argument("--compact-shards", type=int, default=30,
                     help="flushes compacted on S3, one object at a time vs from the pool (0: skip)")
-    ap.add_argument("--mode", choices=["old", "new"], help=argparse.SUPPRESS)       # a child
+    ap.add_argument("--judge-episodes", type=int, default=2000,
+                    help="analyst episodes through the writer, the judge actors and the reduce (0: skip)")
+    ap.add_argument("--judge-rate", type=float, default=10.0, help="generated episodes per second, judge stage")
+    ap.add_argument("--judge-actors", type=int, default=1, help="judge.actors")
+    ap.add_argument("--judge-inflight", type=int, default=64, help="judge calls in flight per actor")
+    ap.add_argument("--judge-points", type=int, default=8, help="configurations of the judge stage's run dir")
+    ap.add_argument("--judge-tasks", type=int, default=16, help="analyst tasks the episodes are spread over")
+    ap.add_argument("--criteria", type=int, default=15,
+                    help="checklist criteria per task (15 + 2 claim extractions + 40 claims = 57 judgements)")
+    ap.add_argument("--mode", choices=["old", "new", "judge", "reduce"], help=argparse.SUPPRESS)   # a child
     ap.add_argument("--endpoint", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -289,7 +496,8 @@ def main() -> None:
     for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         os.environ.pop(k, None)
     if a.mode:
-        print(json.dumps(run_side(a)))
+        side = {"judge": judge_side, "reduce": reduce_side}.get(a.mode, run_side)
+        print(json.dumps(side(a)))
         return
 
     import pyarrow.fs as pafs
@@ -310,6 +518,22 @@ def main() -> None:
         res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         fs.delete_dir_contents(f"{BUCKET}/run-{mode}", missing_dir_ok=True)     # moto keeps objects in memory
     comp = compaction(endpoint, a.compact_shards) if a.compact_shards else []
+    judge = red = None
+    if a.judge_episodes:
+        common = ["--endpoint", endpoint, "--prefix", "run-judge", "--flush-s", str(a.flush_s)]
+        out = subprocess.run([sys.executable, __file__, "--mode", "judge", *common, "--points", str(a.judge_points),
+                              "--judge-episodes", str(a.judge_episodes), "--judge-rate", str(a.judge_rate),
+                              "--judge-actors", str(a.judge_actors), "--judge-inflight", str(a.judge_inflight),
+                              "--judge-tasks", str(a.judge_tasks), "--criteria", str(a.criteria)],
+                             capture_output=True, text=True, cwd=REPO)
+        if out.returncode:
+            sys.exit(f"judge side failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+        judge = json.loads(out.stdout.strip().splitlines()[-1])
+        out = subprocess.run([sys.executable, __file__, "--mode", "reduce", *common], capture_output=True, text=True,
+                             cwd=REPO)
+        if out.returncode:
+            sys.exit(f"reduce failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+        red = json.loads(out.stdout.strip().splitlines()[-1])
     server.shutdown()
     old, new = res["old"], res["new"]
     for r in (old, new):
@@ -339,6 +563,21 @@ def main() -> None:
         for how, secs, reqs in comp:
             print(f"  {how:28s}{secs:8.1f} s {reqs:6d} requests")
         print(f"  pool / one at a time: {comp[1][1] / comp[0][1]:.3f}")
+    if judge is not None and red is not None:
+        j = judge
+        print(f"judge stage: {j['episodes']} analyst episodes over {a.judge_points} points, {j['per_episode']:.1f} "
+              f"judgements each ({j['judgements']} stored: {j['ok']} ok, {j['failed']} failed), "
+              f"{a.judge_actors} judge actor(s), an instant fake judge")
+        print(f"  generated episodes/s {j['gen_eps']:.2f}, judged episodes/s {j['judged_eps']:.2f} "
+              f"(from the first stored to the last judged; all judged {j['judged_s'] - j['gen_s']:.1f} s after the "
+              f"last finished): "
+              f"judged / generated {j['judged_eps'] / j['gen_eps']:.3f}")
+        print(f"  driver: longest dispatch stall {j['max_stall_s']:.3f} s, peak RSS {j['rss_mb']:.0f} MB; S3 requests "
+              f"{j['requests']} for {j['flushes']} episode flushes and {j['judgement_shards']} judgement shards "
+              f"({j['requests'] / max(1, j['flushes'] + j['judgement_shards']):.1f} per flush)")
+        print(f"  reduce (one configuration at a time): {red['reduce_s']:.1f} s, peak RSS {red['rss_mb']:.0f} MB "
+              f"(after imports {red['rss0_mb']:.0f} MB), {red['metric_rows']} metric rows for {red['configs']} "
+              f"configurations, n_scored {red['n']}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import asyncio
 import functools
 import logging
 import time
+import zlib
+from collections import defaultdict
 from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
@@ -100,12 +102,13 @@ class JudgeCaller:
 
     def __init__(self, endpoints: list[Endpoint], j: JudgeConfig, parse: Callable[[str, str], str | None],
                  judge: JudgeIdentity, flush: Callable[[list[dict[str, Any]]], Any], gate: BudgetGate | None = None,
-                 max_inflight: int | None = None) -> None:
+                 max_inflight: int | None = None, config_hash: str = "") -> None:
         # one client retry: a timed-out call is not worth repeating at once (it is asked again next run)
         # no waiting for a dead judge to come back: the call fails and the next stage run asks again
         self.router = Router(endpoints, SamplingParams.for_judge(j),
                              max_inflight or j.max_inflight, reroute_wait_s=0.0)
         self.j, self.parse, self.judge, self._flush, self.gate = j, parse, judge, flush, gate
+        self.config_hash = config_hash or None
         self.buf: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
         self.stats = {"requests": 0, "ok": 0, "failed": 0, "retried": 0, "tokens_in": 0, "tokens_out": 0,
@@ -120,7 +123,8 @@ class JudgeCaller:
         client = self.router.client_for(req.episode_id)
         row: dict[str, Any] = {"episode_id": req.episode_id, **self.judge.columns(), "key": req.key, "value": None,
                                "ok": False, "attempts": 0, "raw_output": "", "error": "", "tokens_in": 0,
-                               "tokens_out": 0, "latency_s": 0.0, "truncated": False}
+                               "tokens_out": 0, "latency_s": 0.0, "truncated": False,
+                               "config_hash": self.config_hash}
         try:
             for attempt in range(1, j.max_attempts + 1):
                 row["attempts"] = attempt
@@ -174,12 +178,12 @@ class JudgeCaller:
 
 async def judge_batch(requests: list[JudgeRequest], endpoints: list[Endpoint], j: JudgeConfig,
                       parse: Callable[[str, str], str | None], judge: JudgeIdentity,
-                      flush: Callable[[list[dict[str, Any]]], Any], gate: BudgetGate | None = None
-                      ) -> dict[str, Any]:
+                      flush: Callable[[list[dict[str, Any]]], Any], gate: BudgetGate | None = None,
+                      config_hash: str = "") -> dict[str, Any]:
     """All ``requests`` in flight at once (bounded per endpoint); ``parse(key, text)`` turns an
     answer into the stored value or None (malformed: retried, then stored as a failure);
     results are handed to ``flush`` in shards of 64 (or after ``FLUSH_S``) and at the end."""
-    caller = JudgeCaller(endpoints, j, parse, judge, flush, gate)
+    caller = JudgeCaller(endpoints, j, parse, judge, flush, gate, config_hash=config_hash)
     try:
         await asyncio.gather(*(caller.call(r) for r in requests))
     finally:
@@ -245,46 +249,58 @@ def _done(t: _Target, f: asyncio.Future[Any], episode_id: str) -> None:
 
 
 class JudgeStream:
-    """Judges episodes while generation runs: the driver hands each finished episode row to
+    """Judges episodes while generation runs: the driver hands each stored episode row to
     ``submit`` and the stream asks that episode's judge requests at once (the next round as soon
     as an answer unlocks it), in flight up to the judge's engine batch per endpoint, on an asyncio
     loop in a thread of its own. Task-level requests that several episodes share (same episode id
-    and key) are asked once. ``finish`` waits for everything submitted and returns each target's
-    stats."""
+    and key) are asked once. Judgements go to a :class:`~engine.writer.StoreWriter` of the
+    stream's own (one judgements shard per run dir per ``flush_s``, written off the loop).
+    ``finish`` waits for everything submitted and returns each target's stats.
 
-    def __init__(self) -> None:
+    Where it runs: in a judge actor (:class:`JudgeFleet`, ``judge.actors`` > 0: prompt building,
+    claim embedding and the judge's HTTP traffic off the driver), or on a thread of the driver
+    (``judge.actors=0``)."""
+
+    def __init__(self, flush_s: float = 2.0) -> None:
         import threading
+
+        from engine.writer import StoreWriter
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="judge-stream", daemon=True)
         self._thread.start()
+        self.writer = StoreWriter(flush_s, name="judge-writer")
         self.targets: dict[str, _Target] = {}
         self.t0: dict[str, float] = {}
+        self.received: dict[str, int] = {}
 
     def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def add(self, key: str, cfg: Config, bench: Benchmark[Any], store: EpisodeStore, endpoints: list[Endpoint],
-            gate: BudgetGate | None = None, max_inflight: int | None = None) -> None:
-        """Judge configuration ``key`` (stored in ``store``) with ``cfg.judge`` on ``endpoints``;
-        what the store already settled for this judge is not asked again (endpoint failures of
-        earlier runs are)."""
+            gate: BudgetGate | None = None, max_inflight: int | None = None, config_hash: str = "") -> None:
+        """Judge configuration ``key`` (stored in ``store``, ``config_hash`` in its judgement rows)
+        with ``cfg.judge`` on ``endpoints``; what the store already settled for this judge is not
+        asked again (endpoint failures of earlier runs are)."""
         judge = run_judge_identity(cfg, bench)
         done = settled(store, judge.id)
         evaluation = evaluation_settings(cfg.benchmark, bench.evaluation_fields)
+        writer = self.writer
 
         async def make() -> None:
-            caller = JudgeCaller(endpoints, cfg.judge, bench.parse_judgement, judge, store.write_judgements, gate,
-                                 max_inflight)
+            caller = JudgeCaller(endpoints, cfg.judge, bench.parse_judgement, judge,
+                                 functools.partial(writer.put_judgements, store), gate, max_inflight, config_hash)
             per_endpoint = max_inflight or cfg.judge.max_inflight
             self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)), evaluation)
         self._run(make())
         self.t0[key] = time.time()
+        self.received[key] = 0
 
     def submit(self, key: str, rows: list[dict[str, Any]]) -> None:
         """Judge these episode rows (ok rows only; thread-safe, returns at once)."""
         def start() -> None:
             t = self.targets[key]
+            self.received[key] += len(rows)
             for row in rows:
                 if row.get("status") == "ok":
                     t.rows += 1
@@ -293,9 +309,12 @@ class JudgeStream:
                     task.add_done_callback(functools.partial(_done, t, episode_id=row["episode_id"]))
         self.loop.call_soon_threadsafe(start)
 
-    def finish(self, key: str) -> dict[str, Any]:
-        """Wait for everything submitted for ``key``, flush, and return its stats."""
+    def finish(self, key: str, expect: int | None = None) -> dict[str, Any]:
+        """Wait for everything submitted for ``key`` (at least ``expect`` rows, when another
+        thread may still be handing them over), write its judgements, and return its stats."""
         async def drain() -> dict[str, Any]:
+            while expect is not None and self.received.get(key, 0) < expect:
+                await asyncio.sleep(0.02)
             t = self.targets.pop(key)
             while t.tasks:
                 await asyncio.gather(*list(t.tasks), return_exceptions=True)
@@ -304,7 +323,9 @@ class JudgeStream:
                         errors=t.errors)
         self._run(asyncio.sleep(0))         # the submissions queued before this call have started
         stats = self._run(drain())
+        self.writer.drain()                 # its judgements are stored when finish returns
         stats["wall_s"] = round(time.time() - self.t0.pop(key), 1)
+        self.received.pop(key, None)
         if stats["budget_exhausted"]:
             log.warning("judge: the run budget is spent; %d judgement(s) left for a later run",
                         stats["budget_exhausted"])
@@ -318,6 +339,137 @@ class JudgeStream:
                 log.warning("judge stream %s: %s", key, e)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        self.writer.close()
+
+
+class JudgeWorker:
+    """A judge actor (Ray): one :class:`JudgeStream` in a process of its own, so building judge
+    prompts (an analyst report's claims, their MiniLM embeddings), the judge's HTTP traffic and
+    parsing never take the driver's time. Methods are called from the driver through
+    :class:`JudgeFleet`."""
+
+    def __init__(self, flush_s: float) -> None:
+        self.stream = JudgeStream(flush_s)
+
+    def ping(self) -> bool:
+        return True
+
+    def add(self, key: str, cfg: Config, store: EpisodeStore, endpoints: list[Endpoint], gate: BudgetGate | None,
+            max_inflight: int | None, config_hash: str) -> None:
+        from engine.benchmarks import get_benchmark
+
+        self.stream.add(key, cfg, get_benchmark(cfg.benchmark.name), store, endpoints, gate, max_inflight,
+                        config_hash)
+
+    def submit(self, key: str, rows: list[dict[str, Any]]) -> None:
+        self.stream.submit(key, rows)
+
+    def finish(self, key: str, expect: int) -> dict[str, Any]:
+        return self.stream.finish(key, expect)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _sum_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in parts:
+        for k, v in part.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = max(out.get(k, 0), v) if k == "wall_s" else out.get(k, 0) + v
+            else:
+                out.setdefault(k, v)
+    return out
+
+
+class JudgeFleet:
+    """``judge.actors`` judge actors behind :class:`JudgeStream`'s interface (``add``, ``submit``,
+    ``finish``, ``close``), started on the first ``add``. A configuration's rows are spread over
+    the actors by task (every row of one task goes to one actor, so a task-level judgement its
+    seeds share is still asked once); a configuration whose budget gate lives in the driver's
+    memory (a judge priced apart from the model, ``ray_jobs.budget.judge_budget_gate``) is judged
+    by one actor, so its cap is counted in one place. ``submit`` returns at once (an actor call
+    whose result is not awaited); ``finish`` waits for every actor that holds the configuration."""
+
+    def __init__(self, n: int, flush_s: float, num_cpus: float = 0.0, resources: dict[str, float] | None = None,
+                 start_timeout_s: float = 300.0) -> None:
+        self.n, self.flush_s, self.num_cpus, self.resources = max(1, n), flush_s, num_cpus, resources or {}
+        self.start_timeout_s = start_timeout_s
+        self.actors: list[Any] = []
+        self.of: dict[str, list[int]] = {}            # key -> the actors that judge it
+        self.sent: dict[tuple[str, int], int] = {}    # rows handed to each actor per key
+        self.calls: list[Any] = []                     # submit refs (errors surface at finish)
+
+    def _start(self) -> None:
+        import ray
+
+        cls = ray.remote(JudgeWorker).options(num_cpus=self.num_cpus, resources=self.resources or None,
+                                              max_concurrency=8, max_restarts=0)
+        self.actors = [cls.remote(self.flush_s) for _ in range(self.n)]
+        try:
+            ray.get([a.ping.remote() for a in self.actors], timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            for a in self.actors:
+                ray.kill(a)
+            self.actors = []
+            raise RuntimeError(
+                f"{self.n} judge actor(s) could not be placed in {self.start_timeout_s:g} s "
+                f"(judge.actor_start_timeout_s): each asks for {self.num_cpus:g} CPU(s) and resources "
+                f"{self.resources or {}}; the cluster has {ray.available_resources()} available. Lower "
+                "judge.actor_cpus or judge.actor_resources, add nodes, or judge on the driver with judge.actors=0"
+            ) from None
+
+    def add(self, key: str, cfg: Config, bench: Benchmark[Any], store: EpisodeStore, endpoints: list[Endpoint],
+            gate: BudgetGate | None = None, max_inflight: int | None = None, config_hash: str = "") -> None:
+        import ray
+
+        if not self.actors:
+            self._start()
+        local_gate = gate is not None and not gate.shared
+        idx = [0] if local_gate else list(range(len(self.actors)))
+        if local_gate and len(self.actors) > 1:
+            idx = [zlib.crc32(key.encode()) % len(self.actors)]
+        ray.get([self.actors[i].add.remote(key, cfg, store, endpoints, gate, max_inflight, config_hash) for i in idx])
+        self.of[key] = idx
+        for i in idx:
+            self.sent[(key, i)] = 0
+
+    def submit(self, key: str, rows: list[dict[str, Any]]) -> None:
+        idx = self.of[key]
+        parts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            parts[idx[zlib.crc32(str(r.get("task_id") or r["episode_id"]).encode()) % len(idx)]].append(r)
+        for i, part in parts.items():
+            self.sent[(key, i)] += len(part)
+            self.calls.append(self.actors[i].submit.remote(key, part))
+        if len(self.calls) > 256:               # keep the refs list short: drop those answered
+            import ray
+
+            done, self.calls = ray.wait(self.calls, num_returns=len(self.calls), timeout=0)
+            ray.get(done)
+
+    def finish(self, key: str) -> dict[str, Any]:
+        import ray
+
+        idx = self.of.pop(key)
+        parts = ray.get([self.actors[i].finish.remote(key, self.sent.pop((key, i))) for i in idx])
+        return dict(_sum_stats(parts), actors=len(idx))
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            for key in list(self.of):
+                try:
+                    self.finish(key)
+                except Exception as e:  # noqa: BLE001 - teardown goes on
+                    log.warning("judge fleet %s: %s", key, e)
+            if self.actors:
+                ray.get([a.close.remote() for a in self.actors], timeout=120)
+        finally:
+            for a in self.actors:
+                ray.kill(a)
+            self.actors = []
 
 
 def run_judge_stage(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, config_hash: str,
@@ -341,7 +493,7 @@ def run_judge_stage(cfg: Config, bench: Benchmark[Any], store: EpisodeStore, con
             eps = judge_endpoints(cfg, endpoints)
         log.info("judge round %d: %d requests with %s", total["rounds"] + 1, len(requests), judge_id)
         stats = asyncio.run(judge_batch(requests, eps, cfg.judge, bench.parse_judgement, judge,
-                                        store.write_judgements, gate))
+                                        store.write_judgements, gate, config_hash))
         total["rounds"] += 1
         for k, v in stats.items():
             total[k] = total.get(k, 0) + v

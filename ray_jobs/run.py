@@ -40,7 +40,7 @@ from engine.writer import StoreWriter
 from ray_jobs.budget import (RunBudget, SweepLedger, budget_exhausted_rows, check_sweep_budgets,
                              exhausted_before_start, judge_budget_gate, judge_prices_match, start_budget,
                              sweep_ledger)
-from ray_jobs.judge import JudgeStream, judge_endpoints, pending_requests, run_judge_identity
+from ray_jobs.judge import JudgeFleet, JudgeStream, judge_endpoints, pending_requests, run_judge_identity
 from ray_jobs.session import Session
 from ray_jobs.sizing import derived_workers, projected_tokens, size_replicas, sized
 
@@ -170,6 +170,12 @@ def data_identity(cfg: Config) -> str:
     return dumps(to_plain(cfg.benchmark) | {"limit": None})
 
 
+def judges_episodes(bench: Benchmark[Any]) -> bool:
+    """Whether the benchmark asks for judgements of its episodes at all (newsagent's judge is the
+    pairwise stage). mypy sees two unrelated method types; they are one function when inherited."""
+    return type(bench).judge_requests is not BenchmarkBase.judge_requests  # type: ignore[comparison-overlap]
+
+
 def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
     """Logical CPUs a whole run asks Ray for: replicas, index, episode workers, services. A local
     cluster is sized by this whichever stage starts Ray first (the judge stage alone needs only the
@@ -179,6 +185,7 @@ def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
     hosted = m.kind == "vllm" and (bench.uses_model(cfg.agent) or self_judge)
     jm = j.hosted_model if j.kind == "hosted" else None
     judge_cpus = replica_count(jm) * jm.num_cpus if jm is not None and jm.kind == "vllm" and jm != m else 0
+    judge_cpus += j.actors * j.actor_cpus if j.kind != "none" and judges_episodes(bench) else 0   # judge actors
     return ((replica_count(m) * m.num_cpus if hosted else 0) + judge_cpus + cfg.index.num_cpus
             + c.num_workers * c.worker_num_cpus + sum(s.num_cpus for s in bench.services(cfg)))
 
@@ -300,9 +307,7 @@ def open_point(pt: Point, closed: str | None = None) -> Point:
         if rows:
             store.write_batch(rows, [])
         generate = False
-    # it asks for judgements at all (mypy sees two unrelated method types; they are one function when inherited)
-    judges = type(bench).judge_requests is not BenchmarkBase.judge_requests  # type: ignore[comparison-overlap]
-    judge = cfg.judge.kind != "none" and judges and not closed and (
+    judge = cfg.judge.kind != "none" and judges_episodes(bench) and not closed and (
         generate or bool(pending_requests(cfg, bench, store, p.config_hash, run_judge_identity(cfg, bench).id)))
     pools: list[str] = []
     if generate and pt.uses_model:
@@ -556,7 +561,7 @@ def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Sessio
     with ThreadPoolExecutor(max(1, len(keys))) as ex:       # replicas of all the wave's models start at once
         list(ex.map(lambda k: session.pool(resolved[k], log_dir[k], keep=set(keys), log_uri=log_uri[k], key=k), keys))
     startup_s = time.time() - t0
-    stream = JudgeStream()
+    stream = judge_stream([p for p in wave if p.judge])
     groups: dict[str, list[Point]] = defaultdict(list)
     claimed: set[str] = set()
     try:
@@ -623,6 +628,7 @@ def worker_setup(cfg: Config, bench: Benchmark[Any], plan_: Plan, store: Episode
         inflight_per_replica=max(1, engine_batch(m) // c.num_workers),
         top_k=cfg.index.top_k, threshold=cfg.index.threshold, uses_model=uses_model,
         data_json=data_identity(cfg), artifacts_dir=str(store.root / "artifacts"),
+        artifacts_uri=store.remote_dir("artifacts"),
         model_path=m.path if m.kind == "vllm" else "",
         # a hosted replica that dies is restarted by the driver: calls wait for it that long
         reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
@@ -649,7 +655,18 @@ def _prepare_generation(p: Point, session: Session) -> None:
     p.info["episodes_planned"] = len(p.plan.todo)
 
 
-def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
+def judge_stream(points: list[Point]) -> JudgeStream | JudgeFleet:
+    """Where a wave's judging runs: judge actors (``judge.actors``, the most any point asks for),
+    or a thread of the driver when every judged point says ``judge.actors=0``."""
+    flush_s = min((p.cfg.run.flush_interval_s for p in points), default=2.0)
+    n = max((p.cfg.judge.actors for p in points), default=0)
+    if n <= 0:
+        return JudgeStream(flush_s)
+    j = max((p.cfg.judge for p in points), key=lambda j: j.actors)
+    return JudgeFleet(n, flush_s, j.actor_cpus, dict(j.actor_resources) or None, j.actor_start_timeout_s)
+
+
+def _add_judge(stream: JudgeStream | JudgeFleet, p: Point, session: Session) -> None:
     """The point's judge on the stream: its endpoints, and its calls' budget (the point's own
     ledger when the judge's calls are priced like the model's, else a gate from the recorded spend)."""
     cfg = p.cfg
@@ -664,7 +681,7 @@ def _add_judge(stream: JudgeStream, p: Point, session: Session) -> None:
         gate = judge_budget_gate(cfg, p.store, p.plan.config_hash, p.ledger)
     # in flight per endpoint: a hosted judge's engine batch, an external one's judge.max_inflight
     batch = engine_batch(hosted) if hosted is not None and hosted.kind == "vllm" else None
-    stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight))
+    stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight), p.plan.config_hash)
 
 
 def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
@@ -680,10 +697,10 @@ def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
     return out
 
 
-def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream) -> None:
+def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
     """One queue per model, feeding one set of worker actors that run every point of that model:
-    points overlap (the next point's episodes fill the slots of the last one's tail). Rows are
-    flushed per run dir as they finish and handed to the judge stream."""
+    points overlap (the next point's episodes fill the slots of the last one's tail). Rows go to
+    the store writer as they finish, and to the judges once they are stored."""
     import ray
 
     if not groups:
@@ -699,8 +716,12 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
         handles: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] = {}
         for p in pts:
             assert p.setup is not None      # set by _prepare_generation
-            if nw != c.num_workers:         # cluster.concurrency=auto: the replicas' batch split over nw workers
-                p.setup = replace(p.setup, inflight_per_replica=max(1, math.ceil(engine_batch(m) / nw)))
+            if c.concurrency == "auto":
+                # every worker may fill a replica's whole batch: the engine admits its batch and
+                # queues the rest, and the episodes in flight (batch / model_time_share) bound that
+                # queue. A bound split per worker (batch / workers) left slots idle whenever one
+                # worker's episodes were all in tool calls while another's waited for a slot.
+                p.setup = replace(p.setup, inflight_per_replica=engine_batch(m))
             p.info["concurrency"] = {"mode": c.concurrency, "workers": nw, "episodes_in_flight": inflight,
                                      "replicas": len(pool.endpoints) if pool is not None else 0}
             handles[p.key] = (p.setup, p.index, p.services)
@@ -780,7 +801,20 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     lost_ledgers: set[str] = set()
     # the rows go to a background writer (engine/writer.py): one shard per table per run dir per
     # flush, across points; handing them over never waits on storage, its errors come back here
-    writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()))
+    judged = {(p.store.uri, p.plan.config_hash): p.key for p in by_key.values() if p.judge}
+
+    def written(store: EpisodeStore, rows: list[dict[str, Any]]) -> None:
+        """Stored rows go to their point's judges (on the writer's thread; a hand-off)."""
+        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            if row["status"] == "ok" and (k := judged.get((store.uri, row["config_hash"]))) is not None:
+                per[k].append(row)
+        for k, rs in per.items():
+            stream.submit(k, rs)
+
+    writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()),
+                         flush_bytes=min(p.cfg.run.flush_bytes for p in by_key.values()),
+                         on_written=written if judged else None)
 
     def flush(final: bool = False) -> None:
         try:
@@ -867,8 +901,6 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 st["tokens_in"] += row["tokens_in"]
                 st["tokens_out"] += row["tokens_out"]
                 st["failures"] += row["status"] == "error"          # a budget stop is not a failure
-                if p.judge and row["status"] == "ok":
-                    stream.submit(p.key, [row])
                 mf = p.cfg.run.max_failures
                 if mf and st["failures"] >= mf and any(s.point == p.key for s in queues[g]):
                     log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",
@@ -916,6 +948,7 @@ def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:
         return
     progress.set_live(*(sum(x[k] for x in lives) for k in ("steps", "tokens_in", "tokens_out")))
 
+
 def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None,
                    score_failures: str | None = None,
                    evaluation: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -927,7 +960,7 @@ def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None
     overrides the policy each plan recorded; ``evaluation`` (config hash -> settings) scores
     unjudged views under a run's own settings."""
     bench = get_benchmark(benchmark)
-    rows = outcomes.reduce(bench, outcomes.config_views(store, bench, judge, score_failures, evaluation))
+    rows = outcomes.reduce_store(store, bench, judge, score_failures, evaluation)
     store.write_metrics(rows)
     return rows
 

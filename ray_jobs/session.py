@@ -226,11 +226,17 @@ class Session:
                 log.warning("stopping a model pool: %s", e)
         self.pools.clear()
         self.reserved.clear()
-        self.indexes.clear()
-        self.services.clear()
         try:
             import ray
 
+            if ray.is_initialized():     # the index and service actors it started, on a cluster that outlives it
+                for h in [*self.indexes.values(), *self.services.values()]:
+                    try:
+                        ray.kill(h)
+                    except Exception as e:  # noqa: BLE001 - teardown goes on
+                        log.warning("stopping an actor: %s", e)
+            self.indexes.clear()
+            self.services.clear()
             if self._ray_started_here and ray.is_initialized():
                 ray.shutdown()      # stops a local cluster; only disconnects from an existing one
         except ImportError:  # pragma: no cover

@@ -40,6 +40,9 @@ def test_default_is_the_cpu_vllm_newsagent_run():
     ("index.device=tpu", ConfigError, "index.device"),
     ("index.top_k=0", ConfigError, "index.top_k"),
     ("model.kind=grpc", ConfigError, "model.kind"),
+    ("judge.actors=-1", ConfigError, "judge.actors"),
+    ("judge.actor_cpus=-0.5", ConfigError, "judge.actor_cpus"),
+    ("run.flush_bytes=100", ConfigError, "run.flush_bytes"),
     ("model.tensor_parallel_size=2", ConfigError, "model.num_gpus"),
     ("benchmark.data_dir=/nonexistent", ConfigError, "benchmark.data_dir"),
     ("benchmark.name=nosuchbench", ConfigError, "no benchmark folder"),
@@ -146,6 +149,11 @@ def test_local_cluster_is_sized_for_the_whole_run_whichever_stage_starts_it():
     assert needed_cpus(base, get_benchmark("newsagent")) == cpus(base, replica=False)   # no model to host
     judged = compose(["agent=newsagent_rule_based", "judge=self"])
     assert needed_cpus(judged, get_benchmark("newsagent")) == cpus(judged, replica=True)  # the hosted self-judge
+    # an episode-judging benchmark's judge actors are counted too
+    graded = compose(["benchmark=livenews", "agent=livenews", "judge=self", "judge.actors=2", "judge.actor_cpus=0.5"])
+    assert needed_cpus(graded, get_benchmark("livenews")) == cpus(graded, replica=True, web=True) + 2 * 0.5
+    assert needed_cpus(compose(["benchmark=livenews", "agent=livenews", "judge=self", "judge.actors=0"]),
+                       get_benchmark("livenews")) == cpus(graded, replica=True, web=True)
     # the workers are counted even when the first stage to start Ray is the judge's
     assert needed_cpus(judged, get_benchmark("newsagent")) > judged.model.num_cpus + judged.index.num_cpus
 

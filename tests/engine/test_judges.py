@@ -118,7 +118,9 @@ def test_a_hosted_judge_model_of_its_own(tmp_path):
                    "judge.hosted_model.served_name=judge-b"])
     assert cfg.judge.hosted_model is not None and cfg.judge.hosted_model.path == cfg.model.path
     own = compose(["benchmark=livenews", "agent=livenews"])
-    assert needed_cpus(cfg, LIVE) == needed_cpus(own, LIVE) + cfg.judge.hosted_model.num_cpus
+    # its replica's CPUs, and the judge actors'
+    assert needed_cpus(cfg, LIVE) == needed_cpus(own, LIVE) + cfg.judge.hosted_model.num_cpus \
+        + cfg.judge.actors * cfg.judge.actor_cpus
     asked: list[str] = []
     store = EpisodeStore(tmp_path, LIVE.episode_fields)
     store.write_batch([dict(episode(i, f"gold {i}"), model=QWEN) for i in range(2)], [])

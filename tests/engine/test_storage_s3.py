@@ -214,3 +214,23 @@ def test_the_driver_writer_and_a_many_shard_compaction_on_s3(s3_env, tmp_path):
     a.compact()
     assert len(_keys(a, "episodes")) == len(_keys(a, "steps")) == 1
     assert a.episodes().equals(before[0]) and a.steps().equals(before[1])
+
+
+def test_an_episodes_artifacts_reach_a_remote_run_dir(s3_env, tmp_path):
+    """What an episode leaves in its working folder on a worker (figures, code) is copied under
+    the run dir's artifacts/<episode id>/ when the run dir is on an object store."""
+    from engine.storage import sub_uri, upload_tree
+
+    uri = _uri(s3_env)
+    store = EpisodeStore(uri, BENCHMARK.episode_fields, local_dir=tmp_path / "local")
+    work = tmp_path / "worker" / "e1"
+    (work / "figures").mkdir(parents=True)
+    (work / "figures" / "fig1.png").write_bytes(b"\x89PNG fake")
+    (work / "analysis.py").write_text("print(1)\n")
+    assert store.remote_dir("artifacts").startswith(f"s3://{BUCKET}/runs/") and "?endpoint_override=" in uri
+    assert upload_tree(work, sub_uri(store.remote_dir("artifacts"), "e1")) == 2
+    assert [k for k in _keys(store) if k.startswith("artifacts/")] == ["artifacts/e1/analysis.py",
+                                                                      "artifacts/e1/figures/fig1.png"]
+    with store.fs.open_input_stream(f"{store.base}/artifacts/e1/figures/fig1.png") as f:
+        assert f.read() == b"\x89PNG fake"
+    assert upload_tree(tmp_path / "none", sub_uri(store.remote_dir("artifacts"), "e2")) == 0

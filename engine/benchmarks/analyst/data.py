@@ -28,6 +28,7 @@ quarantined instead (``docs/design/data.md`` lists the checks).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -85,6 +86,12 @@ class AnalystTask:
 
 
 def checklist_id(criteria: "tuple[str, ...] | list[str]") -> str:
+    return _checklist_id(tuple(criteria))
+
+
+@functools.lru_cache(maxsize=1024)
+def _checklist_id(criteria: tuple[str, ...]) -> str:
+    # cached: metrics ask for it once per criterion of every episode
     return hashlib.sha256(json.dumps(list(criteria), ensure_ascii=False).encode()).hexdigest()[:8]
 
 
