@@ -115,6 +115,9 @@ def test_failures_and_budget_stops_stay_in_the_denominator(tmp_path):
     ids = task_ids(6)
     status = {ids.index(e["task_id"]): e["status"] for e in store.episodes().to_pylist()}
     assert status == {0: "error", 1: "ok", 2: "ok", 3: "ok", 4: "ok", 5: "budget_exhausted"}, status
+    # judged by a judge actor off the driver, each judgement stamped with its configuration
+    assert info["judge"]["actors"] == 1 and info["judge"]["episodes"] == 4
+    assert {r["config_hash"] for r in store.judgement_rows(["config_hash"])} == {info["config_hash"]}
 
     rows = store.metrics().to_pylist()
     acc = metric(rows, "accuracy")
