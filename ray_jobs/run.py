@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from collections import defaultdict, deque
