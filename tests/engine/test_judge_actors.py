@@ -20,8 +20,13 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def ray_local():
+    """This module's own local Ray, or the one an earlier test of this process left running (the
+    judge actors ask for no CPUs, so they are placed on a busy cluster too)."""
     import ray
 
+    if ray.is_initialized():
+        yield
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -32,7 +37,7 @@ def test_two_judge_actors_judge_every_episode_once(ray_local, tmp_path):
     rows = [_row(i, "ca") for i in range(12)] + [dict(_row(i, "ca"), episode_id=f"ca-seed1-e{i}") for i in range(12)]
     store.write_batch([dict(r) for r in rows], [])
     with FakeOpenAI(lambda m, r: "A") as srv:
-        cfg = _judge_cfg(srv.base_url, "judge.actors=2", "judge.actor_cpus=0.5")
+        cfg = _judge_cfg(srv.base_url, "judge.actors=2")
         fleet = JudgeFleet(cfg.judge.actors, flush_s=0.5, num_cpus=cfg.judge.actor_cpus)
         try:
             fleet.add("k", cfg, LIVE, store, [Endpoint(srv.base_url, "grader", "")], None, None, "ca")
@@ -60,8 +65,8 @@ def test_a_gate_in_the_drivers_memory_keeps_its_configuration_on_one_actor(ray_l
     gate = BudgetGate.local(Budget(Caps(max_input_tokens=10 ** 9), Prices()))
     assert not gate.shared
     with FakeOpenAI(lambda m, r: "A") as srv:
-        cfg = _judge_cfg(srv.base_url, "judge.actors=2", "judge.actor_cpus=0.5")
-        fleet = JudgeFleet(2, flush_s=0.5, num_cpus=0.5)
+        cfg = _judge_cfg(srv.base_url, "judge.actors=2")
+        fleet = JudgeFleet(2, flush_s=0.5)
         try:
             fleet.add("k", cfg, LIVE, store, [Endpoint(srv.base_url, "grader", "")], gate, None, "cb")
             assert len(fleet.of["k"]) == 1
