@@ -398,10 +398,7 @@ def reduce_store(store: Any, bench: Any, judge: str | None = None, score_failure
     metric rows; in families of two or more, a view none of whose planned tasks is cut has the
     same numbers over the common tasks, and only the other configurations are read again. The same rows, in the same order, as ``reduce(bench,
     config_views(...))``; memory is one configuration's episodes and judgements, not the store's."""
-    snapshot = getattr(store, "snapshot", None)
-    if snapshot is None:
-        return _reduce_store(store, bench, judge, score_failures, evaluation)
-    with snapshot():            # listings and footers read once for every configuration's reads
+    with store.snapshot():      # listings and footers read once for every configuration's reads
         return _reduce_store(store, bench, judge, score_failures, evaluation)
 
 

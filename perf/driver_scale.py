@@ -181,6 +181,27 @@ class Episodes:
         return p, row, steps, calls, {self.system["message_id"]: self.system, user["message_id"]: user}
 
 
+Buffers = dict[int, tuple[list[Any], list[Any], list[Any], dict[str, Any]]]
+
+
+def buffer(bufs: Buffers, p: int, row: dict[str, Any], steps: list[Any], calls: list[Any], msgs: dict[str, Any]) -> None:
+    """What the dispatch loop does per finished episode: its rows into its point's buffers."""
+    b = bufs.setdefault(p, ([], [], [], {}))
+    b[0].append(row)
+    b[1].extend(steps)
+    b[2].extend(calls)
+    b[3].update(msgs)
+
+
+def hand_off(writer: Any, stores: list[Any], bufs: Buffers) -> None:
+    """The hand-off ray_jobs/run.py's flush() does now: every point's buffered rows to the writer."""
+    writer.check()
+    for k, (eps, steps, calls, messages) in list(bufs.items()):
+        if eps:
+            writer.put(stores[k], eps, steps, calls, messages)
+            bufs[k] = ([], [], [], {})
+
+
 # -- one side (a child process) ------------------------------------------------------------------------------
 def run_side(a: argparse.Namespace) -> dict[str, Any]:
     from engine.benchmarks.analyst import BENCHMARK
@@ -191,7 +212,7 @@ def run_side(a: argparse.Namespace) -> dict[str, Any]:
     gen = Episodes(a.points)
     # one store object per point, as plan_point makes them (each opens its own S3 filesystem)
     stores = [EpisodeStore(uri, BENCHMARK.episode_fields) for _ in range(a.points)]
-    bufs: dict[int, tuple[list[Any], list[Any], list[Any], dict[str, Any]]] = {}
+    bufs: Buffers = {}
     stalls: list[float] = []
     iters: list[float] = []
     flushes = 0
@@ -209,27 +230,14 @@ def run_side(a: argparse.Namespace) -> dict[str, Any]:
             wrote = True
         flushes += wrote
 
-    def new_flush() -> None:            # the hand-off ray_jobs/run.py's flush() does now
-        assert writer is not None
-        writer.check()
-        for k, (eps, steps, calls, messages) in list(bufs.items()):
-            if eps:
-                writer.put(stores[k], eps, steps, calls, messages)
-                bufs[k] = ([], [], [], {})
-
     req0 = s3_requests(a.endpoint)
     t0 = last_flush = time.monotonic()
     taken = 0
     while taken < a.episodes:
         it0 = time.monotonic()
         due = min(a.episodes, int((it0 - t0) / a.arrive_s * a.episodes))
-        for i in range(taken, due):           # what the loop does per finished episode (rows to buffers)
-            p, row, steps, calls, msgs = gen.make(i)
-            b = bufs.setdefault(p, ([], [], [], {}))
-            b[0].append(row)
-            b[1].extend(steps)
-            b[2].extend(calls)
-            b[3].update(msgs)
+        for i in range(taken, due):
+            buffer(bufs, *gen.make(i))
         taken = due
         f0 = time.monotonic()
         if a.mode == "old":
@@ -237,7 +245,8 @@ def run_side(a: argparse.Namespace) -> dict[str, Any]:
                 old_flush()
                 last_flush = time.monotonic()
         else:
-            new_flush()
+            assert writer is not None
+            hand_off(writer, stores, bufs)
         f1 = time.monotonic()
         stalls.append(f1 - f0)
         if a.mode == "old":
@@ -399,7 +408,7 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
                 fleet.submit(k, rs)
 
         writer = StoreWriter(a.flush_s, on_written=written)
-        bufs: dict[int, tuple[list[Any], list[Any], list[Any], dict[str, Any]]] = {}
+        bufs: Buffers = {}
         stalls: list[float] = []
         req0 = s3_requests(a.endpoint)
         t0 = time.monotonic()
@@ -412,18 +421,10 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
                 p, row, steps, calls, msgs = gen.make(i)
                 row.update(data=data, task_id=f"brief-{(i // a.points) % a.judge_tasks:03d}",
                            output="# Brief\n\n" + "\n\n".join(gen.cut(1300) + "." for _ in range(6)))
-                b = bufs.setdefault(p, ([], [], [], {}))
-                b[0].append(row)
-                b[1].extend(steps)
-                b[2].extend(calls)
-                b[3].update(msgs)
+                buffer(bufs, p, row, steps, calls, msgs)
             taken = due
             f0 = time.monotonic()
-            writer.check()
-            for k, (eps, steps, calls, messages) in list(bufs.items()):
-                if eps:
-                    writer.put(stores[k], eps, steps, calls, messages)
-                    bufs[k] = ([], [], [], {})
+            hand_off(writer, stores, bufs)
             stalls.append(time.monotonic() - f0)
             time.sleep(max(0.0, 0.05 - (time.monotonic() - it0)))
         gen_s = time.monotonic() - t0
