@@ -15,7 +15,7 @@ import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from engine.budget import BudgetGate, current_gate
 from engine.transcripts import CallRecord
@@ -149,6 +149,27 @@ class MalformedResponse(RuntimeError):
     """A 200 answer without what a chat completion must carry (no choices, no message)."""
 
 
+def _http_client(sampling: SamplingParams) -> Any:
+    """The SDK's aiohttp transport (``openai.DefaultAioHttpClient``: its own defaults, proxies
+    from the environment as httpx reads them) when this SDK has it, else None (the SDK's httpx
+    transport). httpx's connection pool checks every pooled connection on every request: with a
+    replica's 64 calls in flight that is most of a client's CPU per call, which the aiohttp
+    transport does not spend (``perf/client_overhead.py``)."""
+    global _TRANSPORT_WARNED
+    try:
+        from openai import DefaultAioHttpClient
+
+        return DefaultAioHttpClient(timeout=sampling.timeout_s)
+    except (ImportError, RuntimeError) as e:      # an SDK without it, or aiohttp missing
+        if not _TRANSPORT_WARNED:
+            _TRANSPORT_WARNED = True
+            log.warning("model calls use the OpenAI SDK's httpx transport (%s): about twice the CPU per call", e)
+        return None
+
+
+_TRANSPORT_WARNED = False
+
+
 class ChatClient:
     """``gate`` (an :class:`engine.budget.BudgetGate`): every call reserves its worst case before
     it is sent and settles after; a refused call raises :class:`engine.budget.BudgetExhausted`
@@ -170,7 +191,7 @@ class ChatClient:
         # retries are ours (``chat``): jittered backoff, Retry-After honoured, capped per call and
         # per episode (RetryBudget); the SDK's own would be invisible to those caps
         self._client = AsyncOpenAI(base_url=endpoint.base_url, api_key=key or "EMPTY",
-                                   timeout=sampling.timeout_s, max_retries=0)
+                                   timeout=sampling.timeout_s, max_retries=0, http_client=_http_client(sampling))
         self.retries = 0
         self._slots = asyncio.Semaphore(max_inflight)
         self.usage = Usage()
@@ -201,7 +222,7 @@ class ChatClient:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "action", "schema": json_schema}}
         if regex is not None:
-            kwargs["extra_body"] = {"structured_outputs": {"regex": regex}}
+            kwargs["structured_outputs"] = {"regex": regex}
         gate = self.gate or current_gate.get()
         # the budget first (it may wait for room, or refuse): a waiting call holds no slot
         ticket = await gate.reserve(messages, max_tokens) if gate is not None else None
@@ -214,8 +235,7 @@ class ChatClient:
                         t0 = time.perf_counter()
                         # a deadline for the whole call: the HTTP client's timeout is per read, so an
                         # endpoint dripping a byte a second would hold the call forever
-                        resp = await asyncio.wait_for(self._client.chat.completions.create(**kwargs),
-                                                      self.sampling.timeout_s)
+                        resp = await asyncio.wait_for(self._post(kwargs), self.sampling.timeout_s)
                         latency = time.perf_counter() - t0
                     if not resp.choices or resp.choices[0].message is None:
                         raise MalformedResponse("the answer has no choices")
@@ -250,6 +270,16 @@ class ChatClient:
                 await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
         self.usage.add(c)
         return c
+
+    def _post(self, body: dict[str, Any]) -> Awaitable[Any]:
+        """``POST /chat/completions`` with ``body`` as it is: the SDK's typed errors, auth and
+        response parsing, without ``chat.completions.create``'s walk of every message through the
+        parameters' TypedDict annotations (a fifth of a judge actor's CPU in its profile at 200
+        calls/s, for a body of plain strings it leaves unchanged; ``perf/client_overhead.py``)."""
+        from openai.types.chat import ChatCompletion
+
+        return self._client.post("/chat/completions", body=body, cast_to=ChatCompletion,
+                                 options={"security": {"bearer_auth": True}})
 
     def _delay(self, attempt: int, asked: float | None) -> float:
         """Seconds before retry ``attempt`` (1-based): the server's ``Retry-After`` (capped), else

@@ -323,8 +323,7 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
     if not eps:
         return []
     ids = [r["episode_id"] for r in eps]
-    by_judge = store.judgements_by_judge(bench.parse_judgement, config_hash=config_hash, episode_ids=ids)
-    judges = store.judges(config_hash=config_hash, episode_ids=ids) if by_judge else {}
+    by_judge, judges = store.judged(bench.parse_judgement, config_hash=config_hash, episode_ids=ids)
     sp = plans.get(config_hash)
     planned = [Planned(e, t, s, f) for e, t, s, f in sp.episodes] if sp is not None else None
     policy = score_failures or (sp.score_failures if sp is not None and sp.score_failures else "as_wrong")

@@ -23,7 +23,9 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   the judge stage that runs
   after generation, batched over all episodes, in rounds: ``judged`` maps every episode id (and
   task-level ids such as ``task:<id>``) to the judgements made so far, so a request may depend
-  on an earlier round's answer (analyst verifies the claims extracted in round one),
+  on an earlier round's answer (analyst verifies the claims extracted in round one). A streaming
+  judge calls ``judge_requests`` on a thread of its own while answers arrive on its loop: read
+  ``judged`` by key (``get``, ``in``, ``[]``), never iterate it,
 * ``tables(metric_rows)``: paper-layout tables (Markdown) from the metrics table,
 * ``failure_values``: the value a planned episode without a scored result (an error, a budget
   stop, one that never ran) counts as in a metric under ``run.score_failures=as_wrong`` (0 for an

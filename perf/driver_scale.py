@@ -41,11 +41,13 @@ report chunk, 40 claims verified with MiniLM-retrieved evidence: 58 per episode 
 against an instant fake judge (aiohttp, in a process of its own) and write the judgements
 through their own writers to the same S3 run dir. Printed: generated vs judged episodes per
 second, the dispatch loop's longest stall, the driver's peak RSS, S3 requests per flush; then
-``reduce_metrics`` over that run dir in a child process (its time and peak RSS). On a 2-core
-machine the judge actors, the fake judge, moto and the driver share the cores: the judge rate
-this box sustains is a few episodes per second per actor (``docs/design/driver.md``), so the
-judge stage runs a few hundred episodes here, not 100,000; ``perf/reduce_scale.py`` runs the
-reduce at 100,000.
+``reduce_metrics`` over that run dir in a child process (its time and peak RSS), twice: with
+Arrow's default read-ahead (4 shards, 8 I/O threads: how remote reads went before) and as the
+store reads a remote run dir now; both must give the same rows. On a 2-core machine the judge
+actors, the fake judge, moto and the driver share the cores: this box judges about 5 analyst
+episodes per second with one actor and 9 with two (``docs/design/driver.md``), so the judge
+stage runs a few thousand episodes here, not 100,000 (5.8 M judge calls: over 3 hours at that
+ceiling); ``perf/reduce_scale.py`` runs the reduce at 100,000.
 """
 
 from __future__ import annotations
@@ -329,6 +331,24 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log
 """
 
 
+def serve_chat(source: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Run the fake chat server ``source`` (a script taking its port as its argument) in a process
+    of its own; ``(process, base_url)`` once it answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", source, str(port)])
+    base_url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"{base_url}/chat/completions", timeout=1)
+        except urllib.error.HTTPError:
+            break                     # 405: it answers
+        except OSError:
+            time.sleep(0.05)
+    return server, base_url
+
+
 def judge_tasks(root: Path, n: int, criteria: int) -> Path:
     """``n`` analyst tasks (copies of the bundled unemployment brief, its sources included) with a
     checklist of ``criteria`` criteria each (the bundled 8, then rephrased repeats)."""
@@ -365,34 +385,23 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
 
     tmp = Path(tempfile.mkdtemp(prefix="dateline-judge-scale-"))
     tasks = judge_tasks(tmp / "tasks", a.judge_tasks, a.criteria)
-    port = socket.socket()
-    port.bind(("127.0.0.1", 0))
-    jport = port.getsockname()[1]
-    port.close()
-    server = subprocess.Popen([sys.executable, "-c", JUDGE_SERVER, str(jport)])
+    server, judge_url = serve_chat(JUDGE_SERVER)
     uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
     gen = Episodes(a.points, seed=2)
     data = json.dumps({"name": "analyst", "tasks_dir": str(tasks), "checklists_dir": "", "max_claims": 40,
                        "claims_chunk_tokens": 1000, "evidence_k": 4})
     stores = [EpisodeStore(uri, BENCHMARK.episode_fields) for _ in range(a.points)]
     cfg = compose(["benchmark=analyst", "agent=analyst", f"benchmark.tasks_dir={tasks}", "judge=openai_compatible",
-                   f"judge.base_url=http://127.0.0.1:{jport}/v1", "judge.model=grader", "judge.api_key_env=",
+                   f"judge.base_url={judge_url}", "judge.model=grader", "judge.api_key_env=",
                    f"judge.max_inflight={a.judge_inflight}", "judge.max_attempts=1", f"judge.actors={a.judge_actors}"])
     ray.init(num_cpus=a.judge_actors + 1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DATELINE_",
                                                                                               "HF_", "TRANSFORMERS_"))}})
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{jport}/v1/chat/completions", timeout=1)
-            except urllib.error.HTTPError:
-                break                     # 405: it answers
-            except OSError:
-                time.sleep(0.1)
         fleet = JudgeFleet(a.judge_actors, a.flush_s, num_cpus=1.0)
         keys = [f"point-{p}" for p in range(a.points)]
         for p, k in enumerate(keys):
-            fleet.add(k, cfg, BENCHMARK, stores[p], [Endpoint(f"http://127.0.0.1:{jport}/v1", "grader", "")], None,
+            fleet.add(k, cfg, BENCHMARK, stores[p], [Endpoint(judge_url, "grader", "")], None,
                       a.judge_inflight, gen.points[p])
         by_hash = {h: k for h, k in zip(gen.points, keys)}
 
@@ -459,12 +468,26 @@ def reduce_side(a: argparse.Namespace) -> dict[str, Any]:
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
 
+    import pyarrow as pa
+
     uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
-    store = EpisodeStore(uri, BENCHMARK.episode_fields)
     rss0 = peak_rss_mb()
+    # first as reads went before (Arrow's defaults: 4 shards ahead, 8 I/O threads), then as the
+    # store reads a remote run dir now (EpisodeStore.REMOTE_READAHEAD); the store raises the
+    # process's I/O pool, never lowers it, so the defaults go first
+    pa.set_io_thread_count(8)
+    before = EpisodeStore(uri, BENCHMARK.episode_fields)
+    before.REMOTE_READAHEAD = 4
     t0 = time.monotonic()
-    rows = reduce_metrics(store, "analyst")
-    return {"reduce_s": time.monotonic() - t0, "rss_mb": peak_rss_mb(),
+    rows_before = reduce_metrics(before, "analyst")
+    before_s = time.monotonic() - t0
+    r0 = sum(s3_requests(a.endpoint).values())
+    t0 = time.monotonic()
+    rows = reduce_metrics(EpisodeStore(uri, BENCHMARK.episode_fields), "analyst")
+    reduce_s = time.monotonic() - t0
+    assert rows == rows_before
+    return {"reduce_s": reduce_s, "reduce_before_s": before_s, "rss_mb": peak_rss_mb(),
+            "requests": sum(s3_requests(a.endpoint).values()) - r0,
             "rss0_mb": rss0, "metric_rows": len(rows),
             "configs": len({r["config_hash"] for r in rows}),
             "n": sorted({r["n_scored"] for r in rows if r["scope"] == "all"})}
@@ -576,9 +599,11 @@ def main() -> None:
         print(f"  driver: longest dispatch stall {j['max_stall_s']:.3f} s, peak RSS {j['rss_mb']:.0f} MB; S3 requests "
               f"{j['requests']} for {j['flushes']} episode flushes and {j['judgement_shards']} judgement shards "
               f"({j['requests'] / max(1, j['flushes'] + j['judgement_shards']):.1f} per flush)")
-        print(f"  reduce (one configuration at a time): {red['reduce_s']:.1f} s, peak RSS {red['rss_mb']:.0f} MB "
-              f"(after imports {red['rss0_mb']:.0f} MB), {red['metric_rows']} metric rows for {red['configs']} "
-              f"configurations, n_scored {red['n']}")
+        print(f"  reduce (one configuration at a time): {red['reduce_s']:.1f} s ({red['requests']} S3 requests), "
+              f"peak RSS {red['rss_mb']:.0f} MB (after imports {red['rss0_mb']:.0f} MB), {red['metric_rows']} metric "
+              f"rows for {red['configs']} configurations, n_scored {red['n']}")
+        print(f"  the same reduce with Arrow's default read-ahead (4 shards, 8 I/O threads; before): "
+              f"{red['reduce_before_s']:.1f} s; now / before {red['reduce_s'] / red['reduce_before_s']:.3f}")
 
 
 if __name__ == "__main__":

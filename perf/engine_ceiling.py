@@ -125,13 +125,6 @@ async def agent_side(a: argparse.Namespace, m: Any, base_url: str) -> tuple[list
     return rows, calls
 
 
-def body_of(request: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body the OpenAI SDK sent for these ``create`` kwargs."""
-    body = {k: v for k, v in request.items() if k != "extra_body"}
-    body.update(request.get("extra_body") or {})
-    return body
-
-
 async def replay(calls: list[dict[str, Any]], base_url: str, concurrency: int) -> list[dict[str, Any]]:
     """Send every recorded request at once (at most ``concurrency`` in flight; 0: no bound)."""
     import httpx
@@ -143,7 +136,7 @@ async def replay(calls: list[dict[str, Any]], base_url: str, concurrency: int) -
         async def one(call: dict[str, Any]) -> None:
             async with slots:
                 t0 = time.perf_counter()
-                r = await http.post("/chat/completions", json=body_of(call["request"]))
+                r = await http.post("/chat/completions", json=call["request"])
                 t1 = time.perf_counter()
             if r.status_code != 200:
                 raise RuntimeError(f"replay: {r.status_code} {r.text[:300]}")

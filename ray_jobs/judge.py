@@ -20,6 +20,7 @@ import logging
 import time
 import zlib
 from collections import defaultdict
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable, Coroutine, TypeVar
 
 from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
@@ -195,8 +196,12 @@ class _Target:
     """What the stream judges for one configuration in one run dir."""
 
     def __init__(self, bench: Benchmark[Any], caller: JudgeCaller, done: dict[str, dict[str, str | None]],
-                 rows_at_once: int, evaluation: dict[str, Any] | None = None) -> None:
+                 rows_at_once: int, evaluation: dict[str, Any] | None = None,
+                 builder: Executor | None = None) -> None:
         self.bench, self.caller, self.done = bench, caller, done
+        # where judge requests are built: off the loop when given (an analyst round embeds its
+        # claims with MiniLM for tens of ms; on the loop, no answer would be read meanwhile)
+        self.builder = builder
         self.evaluation = evaluation or {}         # the run's evaluation settings (row["evaluation"])
         # episodes whose prompts exist at once: a backlog of finished episodes waits as rows, and
         # their (long, for analyst) judge prompts are built only when there is room to send them
@@ -233,7 +238,12 @@ class _Target:
         for _ in range(MAX_ROUNDS):         # an answer may unlock the next round's requests
             if self.stopped:
                 return
-            reqs = [r for r in self.bench.judge_requests(row, self.done)
+            if self.builder is None:
+                built = self.bench.judge_requests(row, self.done)
+            else:
+                built = await asyncio.get_running_loop().run_in_executor(
+                    self.builder, self.bench.judge_requests, row, self.done)
+            reqs = [r for r in built
                     if r.key not in self.done.get(r.episode_id, {}) and (r.episode_id, r.key) not in self.asked
                     or (r.episode_id, r.key) in self.inflight]
             if not reqs:
@@ -270,6 +280,8 @@ class JudgeStream:
         self._thread = threading.Thread(target=self.loop.run_forever, name="judge-stream", daemon=True)
         self._thread.start()
         self.writer = StoreWriter(flush_s, name="judge-writer")
+        # judge requests are built here, one row at a time, while the loop reads answers
+        self.builder = ThreadPoolExecutor(1, thread_name_prefix="judge-requests")
         self.targets: dict[str, _Target] = {}
         self.t0: dict[str, float] = {}
         self.received: dict[str, int] = {}
@@ -291,7 +303,8 @@ class JudgeStream:
             caller = JudgeCaller(endpoints, cfg.judge, bench.parse_judgement, judge,
                                  functools.partial(writer.put_judgements, store), gate, max_inflight, config_hash)
             per_endpoint = max_inflight or cfg.judge.max_inflight
-            self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)), evaluation)
+            self.targets[key] = _Target(bench, caller, done, 2 * per_endpoint * max(1, len(endpoints)), evaluation,
+                                        self.builder)
         self._run(make())
         self.t0[key] = time.time()
         self.received[key] = 0
@@ -339,6 +352,7 @@ class JudgeStream:
                 log.warning("judge stream %s: %s", key, e)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        self.builder.shutdown(wait=False)
         self.writer.close()
 
 

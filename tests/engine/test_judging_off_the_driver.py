@@ -153,22 +153,28 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
     store, _ = _store_of_three_configs(tmp_path, unfinished=False)
     whole = outcomes.reduce(LIVE, outcomes.config_views(store, LIVE))
     reads: list[str] = []
-    by_judge = store.judgements_by_judge
+    tables: list[str] = []
+    judged, read = store.judged, store._read
 
     def spy(*a, **kw):
         reads.append(kw["config_hash"])
-        return by_judge(*a, **kw)
+        return judged(*a, **kw)
 
-    store.judgements_by_judge = spy
+    def spy_read(table, *a, **kw):
+        tables.append(table)
+        return read(table, *a, **kw)
+
+    store.judged, store._read = spy, spy_read
     assert outcomes.reduce_store(store, LIVE) == whole
     assert sorted(reads) == ["ca", "cb", "cc"]                 # once each
+    assert tables.count("judgements") == 3                     # one read of the table per configuration
     assert {r["scope"] for r in whole} == {"all", "common"}
 
 
 def test_the_per_configuration_reduce_reads_one_configuration_at_a_time(tmp_path):
     store, _ = _store_of_three_configs(tmp_path)
     asked: list[object] = []
-    episodes, by_judge = store.episodes, store.judgements_by_judge
+    episodes, judged = store.episodes, store.judged
 
     def spy_episodes(*a, **kw):
         if kw.get("config_hash") is None and list(a[0] if a else kw.get("columns") or []) != ["config_hash"]:
@@ -177,9 +183,9 @@ def test_the_per_configuration_reduce_reads_one_configuration_at_a_time(tmp_path
 
     def spy_judgements(*a, **kw):
         asked.append(kw.get("config_hash", "ALL JUDGEMENTS"))
-        return by_judge(*a, **kw)
+        return judged(*a, **kw)
 
-    store.episodes, store.judgements_by_judge = spy_episodes, spy_judgements
+    store.episodes, store.judged = spy_episodes, spy_judgements
     outcomes.reduce_store(store, LIVE)
     assert "ALL EPISODES" not in asked and "ALL JUDGEMENTS" not in asked and None not in asked
     assert set(asked) == {"ca", "cb", "cc"}

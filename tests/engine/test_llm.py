@@ -57,3 +57,29 @@ def test_token_accounting_sums_server_usage():
         assert (first.prompt_tokens, first.completion_tokens, second.prompt_tokens) == (3, 2, 2)
         assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (2, 5, 4)
         assert srv.requests[0]["seed"] == 3 and srv.requests[0]["max_tokens"] == 10
+
+
+def test_the_body_goes_out_as_built_over_the_aiohttp_transport():
+    """ChatClient posts its body as built (no SDK rewrite: vLLM's ``structured_outputs`` is a
+    top-level key, a JSON schema a ``response_format``), over the SDK's aiohttp transport. The
+    transport is what this stack has (openai + aiohttp from the lock): without it every call
+    costs about twice the CPU (perf/client_overhead.py), so its absence fails here."""
+    from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+
+    async def go(url):
+        c = ChatClient(Endpoint(url, "m"), SamplingParams(temperature=0.3))
+        assert isinstance(c._client._client._transport, AiohttpTransport)
+        await c.chat([{"role": "user", "content": "x"}], 5, regex="[ab]+")
+        await c.chat([{"role": "user", "content": "y"}], 6, json_schema=schema, temperature=0.0)
+        await c.close()
+
+    with FakeOpenAI(lambda m, r: "ab") as srv:
+        asyncio.run(go(srv.base_url))
+        first, second = srv.requests
+        assert first == {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5,
+                         "temperature": 0.3, "top_p": 1.0, "structured_outputs": {"regex": "[ab]+"}}
+        assert second["response_format"] == {"type": "json_schema",
+                                             "json_schema": {"name": "action", "schema": schema}}
+        assert second["temperature"] == 0.0 and "structured_outputs" not in second

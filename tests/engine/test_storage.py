@@ -242,7 +242,7 @@ def _judge_answers(store):
                         for j in ("j:1", "j:2", "j:3", "", None)},
             "judgements": {j: store.judgements(j) for j in ("j:1", "j:2", "j:3", "", None)},
             "by_judge": store.judgements_by_judge(), "by_judge_parsed": store.judgements_by_judge(parse),
-            "judges": store.judges()}
+            "judges": store.judges(), "judged": store.judged(parse)}
 
 
 def test_compacting_judgements_keeps_every_answer_the_judge_stage_and_metrics_read(tmp_path):
@@ -256,6 +256,7 @@ def test_compacting_judgements_keeps_every_answer_the_judge_stage_and_metrics_re
     assert len(list((tmp_path / "judgements").glob("*.parquet"))) == 1
     after = _judge_answers(store)
     assert after == before
+    assert after["judged"] == (after["by_judge_parsed"], after["judges"])     # one read, the same answers
     assert len(store.judgement_rows()) < n_before
     assert after["judges"]["j:2"] == {"model": "jm", "kind": "hosted", "prompt": "p1"}
     assert after["judges"]["j:3"] == {"model": "j", "kind": "", "prompt": "p1"}

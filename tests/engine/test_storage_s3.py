@@ -234,3 +234,75 @@ def test_an_episodes_artifacts_reach_a_remote_run_dir(s3_env, tmp_path):
     with store.fs.open_input_stream(f"{store.base}/artifacts/e1/figures/fig1.png") as f:
         assert f.read() == b"\x89PNG fake"
     assert upload_tree(tmp_path / "none", sub_uri(store.remote_dir("artifacts"), "e2")) == 0
+
+
+def test_a_remote_read_fetches_many_shards_at_once(s3_env, tmp_path, monkeypatch):
+    """On S3 a read asks Arrow for ``REMOTE_READAHEAD`` shards ahead with an I/O pool at least that
+    large (Arrow's defaults, 4 and 8, left a reduce of many small shards waiting on one GET
+    after another: perf/driver_scale.py measures it); the rows are the same either way."""
+    store = EpisodeStore(_uri(s3_env), BENCHMARK.episode_fields, local_dir=tmp_path)
+    for i in range(12):
+        store.write_batch([ep(f"e{i:02d}")], [st(f"e{i:02d}", 0)])
+    asked: list[int] = []
+    dataset = EpisodeStore._dataset
+
+    class Spy:
+        def __init__(self, d):
+            self.d = d
+
+        def to_table(self, **kw):
+            asked.append(kw["fragment_readahead"])
+            return self.d.to_table(**kw)
+
+    monkeypatch.setattr(EpisodeStore, "_dataset", lambda self, *a, **kw: Spy(dataset(self, *a, **kw)))
+    ids = store.episodes(["episode_id"])["episode_id"].to_pylist()
+    assert sorted(ids) == [f"e{i:02d}" for i in range(12)]
+    assert asked == [EpisodeStore.REMOTE_READAHEAD] and pa.io_thread_count() >= EpisodeStore.REMOTE_READAHEAD
+    local = EpisodeStore(tmp_path / "run", BENCHMARK.episode_fields)
+    local.write_batch([ep("e00")], [st("e00", 0)])
+    asked.clear()
+    local.episodes(["episode_id"])
+    assert asked == [4]                         # a local disk reads as Arrow does by default
+
+
+def test_an_agentic_analyst_episode_leaves_its_figure_and_code_on_s3(s3_env, tmp_path):
+    """The episode runner end to end: a scripted model drives the real agentic analyst loop (its
+    sandboxed snippet writes a figure), and what the episode left in its working folder is copied
+    under the remote run dir's artifacts/<episode id>/ when it ends."""
+    import asyncio
+    import json
+
+    from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
+    from engine.config import to_plain
+    from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
+    from engine.llm import Endpoint, SamplingParams
+    from engine.protocol import dumps
+    from tests.benchmarks.analyst.test_analyst_episode import REPORT, TASKS
+    from tests.fake_openai import FakeOpenAI
+
+    store = EpisodeStore(_uri(s3_env), BENCHMARK.episode_fields, local_dir=tmp_path / "local")
+    script = [{"tool": "python", "code": "open('figures/monthly.png', 'wb').write(b'\\x89PNG\\r\\n')"},
+              {"tool": "write_report", "content": REPORT}, {"tool": "finish"}]
+
+    def responder(messages, req):
+        return json.dumps(script[sum(m["role"] == "assistant" for m in messages)])
+
+    agent = AnalystAgentConfig(mode="agentic")
+
+    async def go():
+        with FakeOpenAI(responder) as srv:
+            setup = WorkerSetup("analyst", "fake", agent, dumps(to_plain(agent)), [Endpoint(srv.base_url, "fake")],
+                                SamplingParams(max_retries=0, timeout_s=20), 8, 5, None,
+                                data_json=dumps(to_plain(AnalystBenchmarkConfig())),
+                                artifacts_dir=str(tmp_path / "worker"), artifacts_uri=store.remote_dir("artifacts"))
+            return await EpisodeRunner(setup, None).run(EpisodeSpec("00000000000000e1", "h", TASKS["crashes-2023"],
+                                                                    "crashes-2023", 0))
+
+    ep = asyncio.run(go())["episode"]
+    assert ep["status"] == "ok", ep["error"]
+    assert ep["figures_written"] == ["figures/monthly.png"]
+    keys = [k for k in _keys(store) if k.startswith("artifacts/")]
+    assert "artifacts/00000000000000e1/figures/monthly.png" in keys
+    assert "artifacts/00000000000000e1/report.md" in keys
+    with store.fs.open_input_stream(f"{store.base}/artifacts/00000000000000e1/report.md") as f:
+        assert f.read().decode() == REPORT
