@@ -103,6 +103,46 @@ def test_the_thread_stream_waits_for_rows_still_being_handed_over(tmp_path):
     assert len(list((tmp_path / "judgements").glob("*.parquet"))) == 1    # one shard at finish (flush_s 1 h)
 
 
+def test_the_stream_reads_answers_while_a_rows_requests_are_built(tmp_path):
+    """``judge_requests`` (an analyst round embeds its claims) runs on the stream's builder thread,
+    not its loop: while one row's requests take long to build, another row's answer is read and
+    settled. Built on the loop, the slow build would wait for an answer the loop never reads."""
+    import time
+
+    class SlowBuild:
+        def __init__(self):
+            self.threads: set[str] = set()
+            self.saw_answer = False
+
+        def __getattr__(self, name):
+            return getattr(LIVE, name)
+
+        def judge_requests(self, row, judged):
+            self.threads.add(threading.current_thread().name)
+            if row["episode_id"] == "ca-e0" and not self.saw_answer:
+                deadline = time.monotonic() + 10
+                while "ca-e1" not in judged and time.monotonic() < deadline:     # read by key, as allowed
+                    time.sleep(0.01)
+                self.saw_answer = "ca-e1" in judged
+            return LIVE.judge_requests(row, judged)
+
+    bench = SlowBuild()
+    store = EpisodeStore(tmp_path, LIVE.episode_fields)
+    rows = [_row(1, "ca"), _row(0, "ca")]
+    store.write_batch([dict(r) for r in rows], [])
+    with FakeOpenAI(lambda m, r: "A") as srv:
+        stream = JudgeStream(flush_s=3600)
+        try:
+            stream.add("k", _judge_cfg(srv.base_url), bench, store, [Endpoint(srv.base_url, "grader", "")], None,
+                       None, "ca")
+            stream.submit("k", rows)
+            stats = stream.finish("k", expect=2)
+        finally:
+            stream.close()
+    assert bench.saw_answer and stats["episodes"] == 2 and stats["failed"] == 0
+    assert bench.threads == {"judge-requests_0"}
+
+
 def _store_of_three_configs(tmp_path, unfinished: bool = True):
     """Three livenews configurations of one dataset (one family) judged by one grader; one task
     unfinished in config cc; config ca's judgements written before rows carried config_hash."""
