@@ -151,20 +151,74 @@ class MalformedResponse(RuntimeError):
 
 def _http_client(sampling: SamplingParams) -> Any:
     """The SDK's aiohttp transport (``openai.DefaultAioHttpClient``: its own defaults, proxies
-    from the environment as httpx reads them) when this SDK has it, else None (the SDK's httpx
-    transport). httpx's connection pool checks every pooled connection on every request: with a
-    replica's 64 calls in flight that is most of a client's CPU per call, which the aiohttp
-    transport does not spend (``perf/client_overhead.py``)."""
+    from the environment as httpx reads them) with its errors named as httpx names them, when
+    this SDK has it; else None (the SDK's httpx transport). httpx's connection pool checks every
+    pooled connection on every request: with a replica's 64 calls in flight that is most of a
+    client's CPU per call, which the aiohttp transport does not spend (``perf/client_overhead.py``)."""
     global _TRANSPORT_WARNED
     try:
+        import aiohttp
+        import httpx2
         from openai import DefaultAioHttpClient
-
-        return DefaultAioHttpClient(timeout=sampling.timeout_s)
-    except (ImportError, RuntimeError) as e:      # an SDK without it, or aiohttp missing
+        from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
+    except ImportError as e:                  # an SDK without it, or aiohttp missing
         if not _TRANSPORT_WARNED:
             _TRANSPORT_WARNED = True
             log.warning("model calls use the OpenAI SDK's httpx transport (%s): about twice the CPU per call", e)
         return None
+
+    def renamed(e: Exception, request: Any) -> Exception:
+        """The SDK's map sends every aiohttp connection error to ``ConnectTimeout`` (a refused
+        connection, a reset), which the SDK reports as "Request timed out.": name them as httpx
+        does (``ConnectError``, ``ReadError``: the SDK's "Connection error."), keeping the cause."""
+        cause = e.__cause__
+        if not isinstance(e, httpx2.TransportError) or cause is None or isinstance(cause, TimeoutError):
+            return e
+        if isinstance(cause, aiohttp.ClientConnectorError):
+            return httpx2.ConnectError(str(cause), request=request)
+        if isinstance(cause, aiohttp.ServerDisconnectedError):
+            return httpx2.RemoteProtocolError(str(cause), request=request)
+        if isinstance(cause, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+            return httpx2.ReadError(str(cause) or type(cause).__name__, request=request)
+        return e
+
+    class Body(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any, request: Any) -> None:
+            self.inner, self.request = inner, request
+
+        async def __aiter__(self) -> Any:
+            try:
+                async for chunk in self.inner:
+                    yield chunk
+            except Exception as e:  # noqa: BLE001 - renamed, or raised as it is
+                out = renamed(e, self.request)
+                if out is e:
+                    raise
+                raise out from e.__cause__
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class Transport(AiohttpTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            try:
+                response = await super().handle_async_request(request)
+            except Exception as e:  # noqa: BLE001 - renamed, or raised as it is
+                out = renamed(e, request)
+                if out is e:
+                    raise
+                raise out from e.__cause__
+            response.stream = Body(response.stream, request)
+            return response
+
+    class Client(DefaultAioHttpClient):
+        def _init_transport(self, **kw: Any) -> Any:  # type: ignore[override]  # called with keywords only
+            return kw.get("transport") or Transport(**{k: v for k, v in kw.items() if k != "transport"})
+
+        def _init_proxy_transport(self, proxy: Any, **kw: Any) -> Any:  # type: ignore[override]
+            return Transport(proxy=proxy, **kw)
+
+    return Client(timeout=sampling.timeout_s)
 
 
 _TRANSPORT_WARNED = False

@@ -145,3 +145,42 @@ def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_
             session.close()
     eps = EpisodeStore(tmp_path, BENCHMARK.episode_fields).episodes().to_pylist()
     assert len(eps) == 6 and all(e["status"] == "ok" for e in eps)
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"] + ["refused"])
+def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
+    """Model calls go over the SDK's aiohttp transport (engine.llm._http_client), whose own error
+    map calls a refused connection or a reset "APITimeoutError: Request timed out.". Each fault
+    is named as the SDK's httpx transport names it (a refused connection: APIConnectionError)."""
+    import socket
+
+    import engine.llm as llm
+
+    def error(url: str) -> str:
+        async def go() -> str:
+            c = ChatClient(Endpoint(url, "m"), SamplingParams(timeout_s=1.0, max_retries=0))
+            try:
+                await c.chat(USER, 8)
+            except GenerationError as e:
+                return str(e).split(" [endpoint")[0]
+            finally:
+                await c.close()
+            return "no error"
+        return asyncio.run(go())
+
+    def both(url: str) -> tuple[str, str]:
+        aio = error(url)
+        with monkeypatch.context() as m:
+            m.setattr(llm, "_http_client", lambda sampling: None)
+            return aio, error(url)
+
+    if kind == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        aio, httpx = both(f"http://127.0.0.1:{port}/v1")
+        assert aio.startswith("APIConnectionError")
+    else:
+        with FaultServer(hello, mix={kind: 1.0}, retry_after_s=0.05) as srv:
+            aio, httpx = both(srv.base_url)
+    assert aio.split(":")[0] == httpx.split(":")[0], (aio, httpx)

@@ -83,3 +83,19 @@ def test_the_body_goes_out_as_built_over_the_aiohttp_transport():
         assert second["response_format"] == {"type": "json_schema",
                                              "json_schema": {"name": "action", "schema": schema}}
         assert second["temperature"] == 0.0 and "structured_outputs" not in second
+
+
+def test_the_transport_takes_proxies_from_the_environment(monkeypatch):
+    """As the SDK's httpx transport does: HTTPS_PROXY routes https endpoints through the proxy
+    (a lab's external judge API behind its egress proxy), NO_PROXY exempts hosts."""
+    from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
+
+    from engine.llm import _http_client
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "vllm.internal")
+    client = _http_client(SamplingParams())
+    routes = {str(p.pattern): t for p, t in client._mounts.items()}
+    assert isinstance(routes["https://"], AiohttpTransport) and str(routes["https://"].proxy.url) == \
+        "http://proxy.internal:3128"
+    assert routes["all://*vllm.internal"] is None                      # no proxy for it
