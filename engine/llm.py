@@ -8,6 +8,8 @@ counts (as reported by the server) and latency are returned with the text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -15,7 +17,7 @@ import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 from engine.budget import BudgetGate, current_gate
 from engine.transcripts import CallRecord
@@ -155,59 +157,58 @@ def _http_client(sampling: SamplingParams) -> Any:
     this SDK has it; else None (the SDK's httpx transport). httpx's connection pool checks every
     pooled connection on every request: with a replica's 64 calls in flight that is most of a
     client's CPU per call, which the aiohttp transport does not spend (``perf/client_overhead.py``)."""
-    global _TRANSPORT_WARNED
+    client = _aiohttp_client_class()
+    return client(timeout=sampling.timeout_s) if client is not None else None
+
+
+@functools.cache
+def _aiohttp_client_class() -> Any:
+    """The client class :func:`_http_client` makes, defined once per process (None, said once,
+    when this SDK has no aiohttp transport)."""
     try:
         import aiohttp
         import httpx2
         from openai import DefaultAioHttpClient
         from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
     except ImportError as e:                  # an SDK without it, or aiohttp missing
-        if not _TRANSPORT_WARNED:
-            _TRANSPORT_WARNED = True
-            log.warning("model calls use the OpenAI SDK's httpx transport (%s): about twice the CPU per call", e)
+        log.warning("model calls use the OpenAI SDK's httpx transport (%s): about twice the CPU per call", e)
         return None
 
-    def renamed(e: Exception, request: Any) -> Exception:
+    @contextlib.contextmanager
+    def named_as_httpx(request: Any) -> Iterator[None]:
         """The SDK's map sends every aiohttp connection error to ``ConnectTimeout`` (a refused
         connection, a reset), which the SDK reports as "Request timed out.": name them as httpx
         does (``ConnectError``, ``ReadError``: the SDK's "Connection error."), keeping the cause."""
-        cause = e.__cause__
-        if not isinstance(e, httpx2.TransportError) or cause is None or isinstance(cause, TimeoutError):
-            return e
-        if isinstance(cause, aiohttp.ClientConnectorError):
-            return httpx2.ConnectError(str(cause), request=request)
-        if isinstance(cause, aiohttp.ServerDisconnectedError):
-            return httpx2.RemoteProtocolError(str(cause), request=request)
-        if isinstance(cause, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
-            return httpx2.ReadError(str(cause) or type(cause).__name__, request=request)
-        return e
+        try:
+            yield
+        except httpx2.TransportError as e:
+            cause = e.__cause__
+            if cause is None or isinstance(cause, TimeoutError):
+                raise
+            if isinstance(cause, aiohttp.ClientConnectorError):
+                raise httpx2.ConnectError(str(cause), request=request) from cause
+            if isinstance(cause, aiohttp.ServerDisconnectedError):
+                raise httpx2.RemoteProtocolError(str(cause), request=request) from cause
+            if isinstance(cause, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+                raise httpx2.ReadError(str(cause) or type(cause).__name__, request=request) from cause
+            raise
 
     class Body(httpx2.AsyncByteStream):
         def __init__(self, inner: Any, request: Any) -> None:
             self.inner, self.request = inner, request
 
         async def __aiter__(self) -> Any:
-            try:
+            with named_as_httpx(self.request):
                 async for chunk in self.inner:
                     yield chunk
-            except Exception as e:  # noqa: BLE001 - renamed, or raised as it is
-                out = renamed(e, self.request)
-                if out is e:
-                    raise
-                raise out from e.__cause__
 
         async def aclose(self) -> None:
             await self.inner.aclose()
 
     class Transport(AiohttpTransport):
         async def handle_async_request(self, request: Any) -> Any:
-            try:
+            with named_as_httpx(request):
                 response = await super().handle_async_request(request)
-            except Exception as e:  # noqa: BLE001 - renamed, or raised as it is
-                out = renamed(e, request)
-                if out is e:
-                    raise
-                raise out from e.__cause__
             response.stream = Body(response.stream, request)
             return response
 
@@ -218,10 +219,7 @@ def _http_client(sampling: SamplingParams) -> Any:
         def _init_proxy_transport(self, proxy: Any, **kw: Any) -> Any:  # type: ignore[override]
             return Transport(proxy=proxy, **kw)
 
-    return Client(timeout=sampling.timeout_s)
-
-
-_TRANSPORT_WARNED = False
+    return Client
 
 
 class ChatClient:

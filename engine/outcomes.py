@@ -346,9 +346,10 @@ def config_views(store: Any, bench: Any, judge: str | None = None, score_failure
     ``evaluation`` (config hash -> settings) gives unjudged views the settings to score under
     (else the plan's). Every configuration's rows at once (the report); :func:`reduce_store`
     holds one configuration at a time."""
-    plans = store.plans()
-    return [v for c in config_hashes(store, bench) for v in views_of(store, bench, c, plans, judge, score_failures,
-                                                                       evaluation)]
+    with store.snapshot():      # listings and footers read once for every configuration's reads
+        plans = store.plans()
+        return [v for c in config_hashes(store, bench)
+                for v in views_of(store, bench, c, plans, judge, score_failures, evaluation)]
 
 
 def families(views: Sequence[ConfigView]) -> dict[str, list[ConfigView]]:
@@ -395,8 +396,9 @@ def reduce_store(store: Any, bench: Any, judge: str | None = None, score_failure
     """:func:`reduce` over a whole run dir, one configuration in memory at a time: a first pass
     emits every view over its own plan and keeps only its task sets (finished, planned) and its
     metric rows; in families of two or more, a view none of whose planned tasks is cut has the
-    same numbers over the common tasks, and only the other configurations are read again. The same rows, in the same order, as ``reduce(bench,
-    config_views(...))``; memory is one configuration's episodes and judgements, not the store's."""
+    same numbers over the common tasks, and only the other configurations are read again. The
+    same rows, in the same order, as ``reduce(bench, config_views(...))``; memory is one
+    configuration's episodes and judgements, not the store's."""
     with store.snapshot():      # listings and footers read once for every configuration's reads
         return _reduce_store(store, bench, judge, score_failures, evaluation)
 

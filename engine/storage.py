@@ -33,7 +33,6 @@ filter pushdown, deduplicated with Arrow compute (``docs/design/resume.md``).
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import re
@@ -689,13 +688,11 @@ class _ShardedDir:
                                   "sec": pc.if_else(pc.equal(has, pa.scalar(1)), i, pc.negate(i))})
         return _pick(k, ["jid"], [("has", "descending"), ("sec", "ascending")], True)
 
-    def judges(self, *, config_hash: str | None = None, episode_ids: Iterable[str] | None = None
-               ) -> dict[str, dict[str, str]]:
-        """``{judge id: {"model", "kind", "prompt"}}`` for every judge with rows here (with
-        ``config_hash``: in that configuration's rows, see :meth:`judgements_by_judge`). Rows
-        written before the identity columns existed give the model from the id ("<model>:<hash>")."""
-        return self._judges_of(self._read("judgements", JUDGEMENT_SCHEMA, list(_JUDGE_INFO),
-                                          _config_rows(config_hash, episode_ids)))
+    def judges(self) -> dict[str, dict[str, str]]:
+        """``{judge id: {"model", "kind", "prompt"}}`` for every judge with rows here (one
+        configuration's: :meth:`judged`). Rows written before the identity columns existed give
+        the model from the id ("<model>:<hash>")."""
+        return self._judges_of(self._read("judgements", JUDGEMENT_SCHEMA, list(_JUDGE_INFO)))
 
     def _judges_of(self, t: pa.Table) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

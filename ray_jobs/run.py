@@ -658,11 +658,10 @@ def judge_stream(points: list[Point]) -> JudgeStream | JudgeFleet:
     """Where a wave's judging runs: judge actors (``judge.actors``, the most any point asks for),
     or a thread of the driver when every judged point says ``judge.actors=0``."""
     flush_s = min((p.cfg.run.flush_interval_s for p in points), default=2.0)
-    n = max((p.cfg.judge.actors for p in points), default=0)
-    if n <= 0:
+    j = max((p.cfg.judge for p in points), key=lambda j: j.actors, default=None)
+    if j is None or j.actors <= 0:
         return JudgeStream(flush_s)
-    j = max((p.cfg.judge for p in points), key=lambda j: j.actors)
-    return JudgeFleet(n, flush_s, j.actor_cpus, dict(j.actor_resources) or None, j.actor_start_timeout_s)
+    return JudgeFleet(j.actors, flush_s, j.actor_cpus, dict(j.actor_resources) or None, j.actor_start_timeout_s)
 
 
 def _add_judge(stream: JudgeStream | JudgeFleet, p: Point, session: Session) -> None:
