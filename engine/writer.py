@@ -118,7 +118,8 @@ def _write_rows(store: EpisodeStore, rows: _Rows) -> None:
 class StoreWriter:
     """A background writer of finished episodes, one shard per table per run dir per flush
     (see the module docstring). ``write`` is how one run dir's rows are written (tests, perf):
-    by default ``store.write_batch(episodes, steps, calls, messages)``."""
+    by default :func:`_write_rows` (``store.write_batch`` for the episodes, ``store.write_judgements``
+    for the judgements)."""
 
     def __init__(self, flush_s: float, flush_bytes: int = FLUSH_BYTES, max_pending_bytes: int = MAX_PENDING_BYTES,
                  write: Callable[[EpisodeStore, _Rows], Any] | None = None, name: str = "dateline-store-writer",
