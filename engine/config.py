@@ -75,9 +75,20 @@ class ModelConfig:
     # row; a saturated one (late /health, tokens advancing) is never restarted.
     health_check_s: float = 15.0
     unhealthy_checks: int = 3
-    # Wedged: requests in the engine (or the health canary unanswered) and not one token for this
-    # long. Longer than the longest engine step: on a CPU a whole prompt is prefilled in one step.
+    # Wedged: work in the engine (or the health canary unanswered) and no sign of progress (a token,
+    # the canary answered, the engine's processes computing, its GPUs busy) for the stall window:
+    # at least this long, and longer where the replica's measured speed says an engine step may take
+    # longer (a whole max_num_batched_tokens prefill at its prompt rate, or its longest step seen;
+    # engine/hosting/liveness.py). The window doubles after each restart for a stall.
     stall_timeout_s: float = 60.0
+    # After this many restarts for a stall in a row (no token in between), the replica is given up;
+    # with none left the model is declared failing with a diagnosis: its remaining episodes are left
+    # not run and the run exits non-zero. Never a silent restart loop.
+    max_stall_restarts: int = 3
+    # How long an episode's call waits for a replica in rotation when its own is restarting or none
+    # serves (a restart the pool decided on, a replica still starting): that wait spends none of the
+    # episode's retries. Past it, the call fails naming why no replica served.
+    replica_wait_s: float = 1800.0
     # Per-request timeout and retries for transient errors.
     request_timeout_s: float = 600.0
     # Retries of a failed call (429, 5xx, reset, timeout, a malformed answer): jittered exponential
@@ -494,6 +505,9 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(_finite(m.health_check_s) and m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
            "health_check_s must be > 0 and unhealthy_checks >= 1")
     _check(_finite(m.stall_timeout_s) and m.stall_timeout_s >= 0, f"{where}.stall_timeout_s", "must be a number >= 0")
+    _check(isinstance(m.max_stall_restarts, int) and m.max_stall_restarts >= 0, f"{where}.max_stall_restarts",
+           "must be an integer >= 0")
+    _check(_finite(m.replica_wait_s) and m.replica_wait_s >= 0, f"{where}.replica_wait_s", "must be a number >= 0")
     _check(_finite(m.temperature) and 0.0 <= m.temperature <= 2.0, f"{where}.temperature", "must be in [0, 2]")
     _check(_finite(m.top_p) and 0.0 < m.top_p <= 1.0, f"{where}.top_p", f"must be in (0, 1], got {m.top_p!r}")
     for price in ("price_input_per_mtok", "price_output_per_mtok", "price_gpu_hour"):

@@ -41,6 +41,9 @@ class Endpoint:
     # False while its pool holds the replica out of rotation (wedged, down, restarting, not yet
     # started): no new episode goes there, and an episode pinned there moves
     in_rotation: bool = True
+    # why it is out of rotation, as its pool says ("restarting: wedged (restart 2 of 3)"); shown
+    # in the error of an episode that waited for it in vain
+    state: str = field(default="", compare=False)
 
 
 @dataclass
@@ -253,7 +256,7 @@ class ChatClient:
     async def chat(self, messages: list[dict[str, str]], max_tokens: int,
                    json_schema: dict[str, Any] | None = None, seed: int | None = None,
                    regex: str | None = None, temperature: float | None = None,
-                   retry_budget: RetryBudget | None = None) -> Completion:
+                   retry_budget: RetryBudget | None = None, endpoint_retries: bool = True) -> Completion:
         """One chat completion. ``json_schema`` / ``regex`` constrain decoding (vLLM structured
         outputs; ``regex`` is vLLM-specific and sent as ``structured_outputs``). ``temperature``
         overrides the client's sampling temperature for this call (e.g. a benchmark's own).
@@ -263,7 +266,9 @@ class ChatClient:
         the server's ``Retry-After`` (at most ``retry_after_max_s``), at most
         ``sampling.max_retries`` times per call and while ``retry_budget`` (the episode's) lasts;
         then :class:`GenerationError` names the last failure and the attempts. A 4xx about the
-        request is :class:`RequestRejected` at once."""
+        request is :class:`RequestRejected` at once. ``endpoint_retries=False``: a failure of the
+        endpoint itself (:func:`endpoint_down`) is raised at once, spending no retry: the router
+        waits for a replica instead (:class:`EpisodeClient`)."""
         temp = self.sampling.temperature if temperature is None else temperature
         kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
                                       temperature=temp, top_p=self.sampling.top_p)
@@ -300,7 +305,7 @@ class ChatClient:
                     if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404) \
                             and status not in RETRY_STATUS:
                         raise RequestRejected(what) from e
-                    if not retryable(e):
+                    if not retryable(e) or (not endpoint_retries and endpoint_down(e)):
                         raise GenerationError(what) from e
                     if attempt >= self.sampling.max_retries:
                         raise GenerationError(f"{what} (after {attempt + 1} attempts)") from e
@@ -361,6 +366,25 @@ def unreachable(e: BaseException) -> bool:
                                 "RemoteProtocolError", "ConnectionError", "TimeoutError"):
         return True
     return getattr(cause, "status_code", None) in (502, 503, 504)
+
+
+def endpoint_down(e: BaseException) -> bool:
+    """The endpoint as a whole failed (connection refused or reset, a 502/503/504 from what
+    stands before it), not this request: nothing about the episode, so a hosted pool's episodes
+    wait for a replica instead of spending retries (a timeout is not one: the request may be
+    why)."""
+    cause = e.__cause__ or e
+    if type(cause).__name__ in ("APITimeoutError", "TimeoutError", "ReadTimeout"):
+        return False
+    if type(cause).__name__ in ("APIConnectionError", "ConnectError", "ReadError", "RemoteProtocolError",
+                                "ConnectionError", "ConnectionRefusedError", "ConnectionResetError"):
+        return True
+    return getattr(cause, "status_code", None) in (502, 503, 504)
+
+
+class ReplicaUnavailable(GenerationError):
+    """No replica of the model served within ``model.replica_wait_s`` (its pool restarting them,
+    or none started): the pool's failure, named with its cause; the episode spent no retry on it."""
 
 
 class Router:
@@ -524,28 +548,54 @@ class EpisodeClient:
 
     async def _chat(self, messages: list[dict[str, str]], max_tokens: int, json_schema: dict[str, Any] | None,
                     seed: int | None, regex: str | None, temperature: float | None) -> Completion:
+        """A call on the episode's replica. Where the router may wait for replicas
+        (``reroute_wait_s`` > 0: a hosted pool), a failure of the replica itself (refused, reset:
+        a restart its pool decided on, a crash) spends none of the episode's retries: the call
+        moves to another live replica, or waits for one to come back into rotation, for up to
+        ``reroute_wait_s`` in all (:class:`ReplicaUnavailable` after that, naming why none
+        served). Elsewhere (an external endpoint) such failures are retried like any other."""
         r = self.router
-        deadline = time.monotonic() + r.reroute_wait_s
+        waits = r.reroute_wait_s > 0
+        deadline: float | None = None            # from the call's first failure of a replica
+        failed = 0                               # replica failures of this call so far
         while True:
+            if failed and waits:                 # never a tight loop on a replica that answers /health, not calls
+                sp = r.sampling
+                await asyncio.sleep(min(sp.backoff_max_s, sp.backoff_s * 2.0 ** (failed - 1)) * random.uniform(0.5, 1.0))
             i = r.pick(self.episode_id)
             try:
                 return await r.client(i).chat(messages, max_tokens, json_schema, seed, regex, temperature,
-                                              retry_budget=self.retries)
+                                              retry_budget=self.retries, endpoint_retries=not waits)
             except RequestRejected:
                 raise
             except GenerationError as e:
-                if not unreachable(e):
+                if not (unreachable(e) or endpoint_down(e)):
                     raise
+                pool_restart = not r.endpoints[i].in_rotation      # its pool took it out first
+                failed += 1
                 r.mark_down(i)
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + r.reroute_wait_s
                 if not any(r.healthy(j) for j in range(len(r.endpoints))):
-                    if time.monotonic() >= deadline:
-                        raise
+                    if now >= deadline:
+                        raise self._unavailable(e) if waits else e
                     await r.wait_for_health(deadline)        # a restarted server, or the deadline
                     if not any(r.healthy(j) for j in range(len(r.endpoints))):
-                        raise
+                        raise self._unavailable(e) if waits else e
                 r.reroutes += 1
-                log.warning("replica %d (%s) unreachable (%s); re-routing episode %s", i, _where(r.endpoints[i].base_url),
-                            e, self.episode_id)
+                log.warning("replica %d (%s) %s (%s); %s episode %s", i, _where(r.endpoints[i].base_url),
+                            "restarted by its pool" if pool_restart else "unreachable", e,
+                            "re-routing" if waits else "retrying", self.episode_id)
+
+    def _unavailable(self, e: BaseException) -> ReplicaUnavailable:
+        """Why no replica served, in the words of their pool (each endpoint's ``state``)."""
+        r = self.router
+        states = sorted({ep.state or ("in rotation, unreachable" if ep.in_rotation else "out of rotation")
+                         for ep in r.endpoints})
+        model = r.endpoints[0].model if r.endpoints else "?"
+        return ReplicaUnavailable(f"replica {'; '.join(states)} | no replica of {model} served for "
+                                  f"{r.reroute_wait_s:g} s (model.replica_wait_s); last failure: {e}")
 
     def close(self) -> None:
         self.router.release(self.episode_id)

@@ -123,6 +123,8 @@ def error_kind(row: Mapping[str, Any]) -> str:
     if row.get("status") == "budget_exhausted":
         return "budget_exhausted"
     first = str(row.get("error") or "").splitlines()[0] if row.get("error") else ""
+    if "ReplicaUnavailable: " in first:           # the pool's cause: "ReplicaUnavailable: replica restarting: wedged"
+        return "ReplicaUnavailable: " + first.split("ReplicaUnavailable: ", 1)[1].split(" | ", 1)[0][:120]
     parts = [p.strip() for p in first.split(":")[:2]]
     kinds = [p for p in parts if p and p.replace("_", "").isalnum() and p[0].isupper()]
     return ": ".join(kinds) or (first[:60] or "error")

@@ -19,10 +19,15 @@ class Progress:
         self.every_s = every_s if every_s is not None else (1.0 if self._tty else 15.0)
         self.t0 = time.monotonic()
         self.done = self.failed = self.steps = self.tokens_in = self.tokens_out = 0
+        # episodes that call a model: the ETA is theirs (a baseline's instant episodes say nothing
+        # of how long the model's take); 0: every episode counts
+        self.model_total = self.model_done = 0
+        self.note = ""          # e.g. why a model has no replica in rotation
         self._last = 0.0
 
-    def update(self, episode: dict[str, Any]) -> None:
+    def update(self, episode: dict[str, Any], model: bool = False) -> None:
         self.done += 1
+        self.model_done += model
         self.failed += episode.get("status") != "ok"
         self.render()
 
@@ -32,12 +37,13 @@ class Progress:
 
     def line(self) -> str:
         el = max(time.monotonic() - self.t0, 1e-9)
-        rate = self.done / el
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        eta_s = "?" if eta == float("inf") else f"{eta / 60:.1f} min"
+        done, total = (self.model_done, self.model_total) if self.model_total else (self.done, self.total)
+        rate = done / el
+        eta = (total - done) / rate if rate > 0 else float("inf")
+        eta_s = ("?" if done < total else "0.0 min") if eta == float("inf") else f"{eta / 60:.1f} min"
         return (f"episodes {self.done}/{self.total} ({self.failed} failed) | {self.steps / el:.2f} steps/s | "
                 f"{(self.tokens_in + self.tokens_out) / el:.0f} tok/s ({self.tokens_out / el:.1f} gen) | "
-                f"elapsed {el / 60:.1f} min | ETA {eta_s}")
+                f"elapsed {el / 60:.1f} min | ETA {eta_s}" + (f" | {self.note}" if self.note else ""))
 
     def render(self, force: bool = False) -> None:
         if not self.enabled:

@@ -6,8 +6,8 @@ do with the same requests.
 
 1. **agent**: newsagent episodes (``--tasks``, all at once, ``--inflight`` requests in flight,
    as a run does: :class:`engine.dispatch.EpisodeRunner`, MiniLM + FAISS index in process)
-   against a vLLM server on this machine serving the offline model (``conf/model/local_cpu.yaml``:
-   its engine arguments and CPU environment). Every request is recorded as sent (body, and when
+   against a vLLM server on this machine serving the offline model (``conf/model/local_cpu.yaml``,
+   with the engine settings a replica gets on this machine). Every request is recorded as sent (body, and when
    it was sent and answered: ``ChatClient.on_call``).
 2. **replay**: the prefix cache is reset (``POST /reset_prefix_cache``; the server runs with
    ``VLLM_SERVER_DEV_MODE=1`` for it) and the recorded requests are sent again to the same
@@ -43,6 +43,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from engine.hosting.probe import reset_prefix_cache, start_server  # noqa: E402
+
 log = logging.getLogger("engine_ceiling")
 RATIO_GOAL = 0.9
 
@@ -52,32 +54,6 @@ def model_config() -> Any:
     from ray_jobs.configs import compose
 
     return compose([]).model
-
-
-def start_server(m: Any, log_path: Path, engine_args: dict[str, Any] | None = None) -> Any:
-    """``m``'s server on loopback, healthy; ``engine_args`` replaces its engine arguments."""
-    from engine.config import to_plain
-    from engine.hosting.vllm_server import VLLMServer
-
-    env = {k: str(v) for k, v in (to_plain(m.env) or {}).items()}
-    env["VLLM_SERVER_DEV_MODE"] = "1"           # POST /reset_prefix_cache between the two sides
-    args = to_plain(m.engine_args) if engine_args is None else engine_args
-    server = VLLMServer(m.path, m.served_name, engine_args=args, env=env, log_path=log_path, host="127.0.0.1")
-    server.start()
-    log.info("vLLM starting (log: %s)", log_path)
-    took = server.wait_healthy(m.startup_timeout_s)
-    log.info("vLLM healthy after %.0f s", took)
-    return server
-
-
-async def reset_prefix_cache(root: str) -> None:
-    import httpx
-
-    async with httpx.AsyncClient(timeout=60) as http:
-        r = await http.post(root + "/reset_prefix_cache")
-        if r.status_code != 200:
-            raise RuntimeError(f"POST {root}/reset_prefix_cache answered {r.status_code}: {r.text[:200]} "
-                               "(the server needs VLLM_SERVER_DEV_MODE=1)")
 
 
 def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:

@@ -4,6 +4,7 @@
 (``GROUP=OPTION``, ``FIELD=VALUE``, ``-m`` for a sweep); ``dateline run --help`` lists the
 user-facing config groups, their options and every field with its description. ``metrics``,
 ``tables``, ``report`` and ``show`` read a run dir and never create anything where there is none.
+``doctor`` says what this machine gives a CPU replica and probes the model's speed here.
 Results go to stdout, logs to stderr (``--log-level``); a ConfigError or DataError prints one
 line naming the field or file and exits with status 2.
 """
@@ -106,6 +107,16 @@ def parser() -> argparse.ArgumentParser:
 
     cv = sub.add_parser("convert-realtimeqa", help="RealTimeQA dumps -> a newsagent dataset folder", add_help=False)
     cv.add_argument("args", nargs=argparse.REMAINDER)
+
+    dr = sub.add_parser("doctor", help="what this machine gives a CPU replica (flags, cores, memory, dtype, threads, "
+                        "KV cache) and a ~10 s probe of the model's prompt and decode tokens/s",
+                        description="What was detected (CPU flags, usable cores, memory available), what a replica "
+                                    "of the configured model would run with here and why, then a ~10 s probe of the "
+                                    "real vLLM server (prompt and decode tokens/s) and what it means for command 1. "
+                                    "Exit status 2 when the model is missing.")
+    dr.add_argument("--no-probe", action="store_true", help="do not start the server")
+    dr.add_argument("overrides", nargs="*", help="Hydra overrides of the config, as for `dateline run` (model=..., "
+                                                   "++model.engine_args.dtype=float32)")
     return p
 
 
@@ -229,6 +240,13 @@ def _dispatch(a: argparse.Namespace) -> int:
         for line in export(a.run_dir, a.to, a.experiment, tracking_uri=a.tracking_uri, wandb_dir=a.dir):
             sys.stdout.write(line + "\n")
         return 0
+    if cmd == "doctor":
+        from ray_jobs.doctor import DoctorError, doctor
+
+        try:
+            return doctor(a.overrides, probe=not a.no_probe, say=lambda line: sys.stdout.write(line + "\n"))
+        except DoctorError as e:
+            raise CliError(str(e)) from e
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 
@@ -241,8 +259,11 @@ def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
     sys.argv = [sys.argv[0], *overrides]
     try:
         entry()
-    except SystemExit as e:             # the run's honest exit status (ray_jobs.run.exit_code)
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    except SystemExit as e:             # the run's honest exit status (ray_jobs.run.exit_code), 130 / 143
+        return int(e.code or 0) if not isinstance(e.code, str) else 1      # after a signal (ray_jobs/stopping.py)
+    except KeyboardInterrupt:           # Ctrl-C before the entry point armed its own handlers
+        sys.stderr.write("dateline: stopped by SIGINT before it started; the same command starts it\n")
+        return 130
     return 0
 
 
@@ -336,6 +357,10 @@ def show(a: argparse.Namespace) -> int:
                              error_kind(r) if r["status"] != "ok" else "")
                             for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
     sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
+    from engine.hosting.events import describe, read_events
+
+    if lines := describe(read_events(store)):     # what the model replicas went through, by cause
+        sys.stdout.write("replicas (every run of this run dir):\n" + "\n".join(f"  {ln}" for ln in lines) + "\n")
     return 0
 
 

@@ -8,6 +8,7 @@ have no ok row yet, and when nothing is left it exits without starting Ray.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -25,7 +26,9 @@ from engine.budget import Caps
 from engine.config import (Config, ModelConfig, engine_batch, judge_model_config, replica_count, stable_hash, to_plain,
                            validate)
 from engine.errors import ConfigError, WorkerStartError
+from engine.hosting.events import ReplicaEvents, causes, read_events
 from engine.hosting.weights import weights_id, weights_identity
+from engine.hosting.vllm_server import planned_dtype
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, evaluation_settings, judged_views, self_judged_note
 from engine import outcomes
@@ -40,6 +43,7 @@ from ray_jobs.budget import (RunBudget, SweepLedger, budget_exhausted_rows, chec
                              exhausted_before_start, judge_budget_gate, judge_prices_match, start_budget,
                              sweep_ledger)
 from ray_jobs.judge import JudgeFleet, JudgeStream, judge_endpoints, pending_requests, run_judge_identity
+from ray_jobs import stopping
 from ray_jobs.session import Session
 from ray_jobs.sizing import derived_workers, projected_tokens, size_replicas, sized
 
@@ -79,13 +83,18 @@ def engine_identity(cfg: Config, bench: Benchmark[Any], uses_model: bool) -> dic
     """What generates a configuration's outputs beyond its settings: the model's weights (path and
     content fingerprint; the served name of an external endpoint), the engine's arguments, the
     reproducible mode, and the version of the agent's prompt text. Part of every episode id; a
-    configuration's stored episodes all have the same (:func:`check_engine`)."""
+    configuration's stored episodes all have the same (:func:`check_engine`). A CPU model's
+    engine arguments hold its dtype as this machine resolves it when the config leaves it out
+    (bfloat16 where the CPU computes it natively, else float32: ``engine/hosting/machine.py``),
+    so runs on the two kinds of CPU are two engines; the pool's replicas refuse to start on a node
+    that resolves another (``Session.pool``)."""
     out: dict[str, Any] = {"prompt": bench.prompt_version}
     if uses_model:
         m = cfg.model
         out["weights"] = weights_identity(m)
         if m.kind == "vllm":
-            out["engine_args"] = to_plain(m.engine_args)
+            dtype = planned_dtype(m)
+            out["engine_args"] = to_plain(m.engine_args) | ({"dtype": dtype} if dtype is not None else {})
             out["reproducible"] = m.reproducible
     return out
 
@@ -388,8 +397,11 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         out.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
         for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
             out.write(f"**{w}**\n")
-        if info["failures"]["kinds"]:
-            out.write(failure_summary(info["failures"]) + "\n")
+        f = info["failures"]
+        if f["kinds"] or f["not_run"]:
+            out.write(failure_summary(f) + "\n")
+        elif f["replicas"]:                  # every episode scored, through replica restarts
+            out.write("replicas: " + "; ".join(f"{k} x{n}" for k, n in f["replicas"].items()) + "\n")
         if info.get("budget_lost"):
             out.write(f"BUDGET LEDGER LOST ({info['budget_lost'][:200]}): {info.get('unstarted', 0)} planned episodes "
                       "left unstarted, none stored as a result; the same command runs them\n")
@@ -416,16 +428,23 @@ def failures(p: Point) -> dict[str, Any]:
             k["task"] = r["task_id"]
     errors = sum(k["count"] for k in kinds.values() if k["status"] == "error")
     return {"kinds": kinds, "errors": errors, "planned": len(planned),
-            "stopped_at_max_failures": p.info.get("stopped_at_max_failures", 0)}
+            "stopped_at_max_failures": p.info.get("stopped_at_max_failures", 0),
+            "not_run": p.info.get("not_run", 0), "model_failing": p.info.get("model_failing", ""),
+            # what the replicas went through (every run of this run dir), by cause
+            "replicas": causes(read_events(p.store)) if p.uses_model else {}}
 
 
 def failure_summary(f: dict[str, Any]) -> str:
     """The failures of a configuration: each kind with its count and one example, then how to
     run them again."""
-    lines = [f"FAILURES: {sum(k['count'] for k in f['kinds'].values())} of {f['planned']} planned episodes have no "
-             "scored result:"]
+    lines = [f"FAILURES: {sum(k['count'] for k in f['kinds'].values()) + f.get('not_run', 0)} of {f['planned']} "
+             "planned episodes have no scored result:"]
     for kind, k in sorted(f["kinds"].items(), key=lambda kv: -kv[1]["count"]):
         lines.append(f"  {k['count']} x {kind}, e.g. task {k['task']}: {k['example']}")
+    if f.get("not_run"):
+        lines.append(f"  {f['not_run']} x not run: {f.get('model_failing') or 'stopped'}")
+    if f.get("replicas"):
+        lines.append("  replicas: " + "; ".join(f"{k} x{n}" for k, n in f["replicas"].items()))
     if f.get("stopped_at_max_failures"):
         lines.append(f"  the run stopped at run.max_failures={f['stopped_at_max_failures']}")
     if f["errors"]:
@@ -440,11 +459,16 @@ def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str
     """The run's exit status and its one-line reason: 1 when a configuration that must not have
     errors (run.fail_on_error) has some, or the run stopped at run.max_failures; else 0."""
     bad = []
+    failed = False              # episodes stored as failed: the hint says how to run them again
     for cfg, info in zip(cfgs, infos):
         f = info.get("failures") or {}
+        failed |= bool(f.get("errors")) and (bool(f.get("stopped_at_max_failures")) or cfg.run.fail_on_error)
         if info.get("budget_lost"):
             bad.append(f"the run budget's ledger was lost: {info.get('unstarted', 0)} episodes left unstarted "
                        "(the same command runs them)")
+        if info.get("model_failing"):
+            bad.append(f"{info['model_failing']} ({info.get('not_run', 0)} episodes not run; once it serves, the "
+                       "same command runs them)")
         if f.get("stopped_at_max_failures"):
             bad.append(f"stopped at run.max_failures={f['stopped_at_max_failures']}")
         elif f.get("errors") and cfg.run.fail_on_error:
@@ -452,8 +476,9 @@ def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str
             bad.append(f"{f['errors']} of {f['planned']} episodes failed ({kinds})")
     if not bad:
         return 0, ""
-    return 1, ("dateline run: " + "; ".join(dict.fromkeys(bad)) + ". Re-run them with run.retry_failed=true; "
-               "run.fail_on_error=false keeps exit status 0 when failures are expected")
+    return 1, ("dateline run: " + "; ".join(dict.fromkeys(bad))
+               + (". Re-run them with run.retry_failed=true; run.fail_on_error=false keeps exit status 0 when failures "
+                  "are expected" if failed else ""))
 
 
 def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Session,
@@ -476,6 +501,7 @@ def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Sessi
     if needs_ray:
         # a local cluster fits every point alone (models beyond that are hosted in waves)
         session.ensure_ray(first, fixed["CPU"] + max(pool_demand_of(models, p.pools).get("CPU", 0.0) for p in work))
+        stopping.install()          # ours again: ray.init replaced the SIGTERM handler
         # what is available now (another job's replicas are not), plus what this session's own
         # pools hold (they are stopped or reused by the waves)
         avail = {k: float(v) for k, v in ray.available_resources().items()}
@@ -629,8 +655,8 @@ def worker_setup(cfg: Config, bench: Benchmark[Any], plan_: Plan, store: Episode
         data_json=data_identity(cfg), artifacts_dir=str(store.root / "artifacts"),
         artifacts_uri=store.remote_dir("artifacts"),
         model_path=m.path if m.kind == "vllm" else "",
-        # a hosted replica that dies is restarted by the driver: calls wait for it that long
-        reroute_wait_s=m.startup_timeout_s if m.kind == "vllm" else 0.0,
+        # a hosted replica that dies or is restarted by its pool: calls wait for one that long
+        reroute_wait_s=m.replica_wait_s if m.kind == "vllm" else 0.0,
         budget=budget, budget_point=plan_.config_hash,
         pool_key=Session.key(m) if uses_model else "",
         engine_json=dumps(plan_.engine), weights_id=weights_id(m) if uses_model else "")
@@ -695,6 +721,7 @@ def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
     return out
 
 
+@stopping.deferring        # a signal stops the loop between iterations (ray_jobs/stopping.py)
 def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
     """One queue per model, feeding one set of worker actors that run every point of that model:
     points overlap (the next point's episodes fill the slots of the last one's tail). Rows go to
@@ -737,13 +764,39 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     stats = {k: {"failures": 0, "requeued": 0, "steps": 0, "tokens_in": 0, "tokens_out": 0} for k in by_key}
     progress = Progress(sum(len(q) for q in queues.values()), all(p.cfg.run.progress for p in by_key.values()))
     pools = {g: session.pool_of(by_key[pts[0].key].cfg.model) for g, pts in groups.items() if g != "none"}
+    progress.model_total = sum(len(q) for g, q in queues.items() if g != "none")
+    events = ReplicaEvents({g: [p.store for p in pts] for g, pts in groups.items()}, pools)
+    events.record_all()                     # the replicas' starts
+    failing: dict[str, str] = {}            # model group -> why it was stopped
+
+    def push_endpoints(g: str, eps: list[Any]) -> None:
+        try:
+            ray.get([w.set_endpoints.remote(g, eps) for w in workers[g]], timeout=60)
+        except Exception as e:  # noqa: BLE001 - a worker that missed it re-routes on its own failures
+            log.warning("pushing endpoints of %s to its workers: %s", g[:6], e)
+
+    def stop_model(g: str, why: str) -> None:
+        """The model of group ``g`` cannot serve (every replica given up): its queued and in-flight
+        episodes are left not run (no row: the same command runs them once it serves), its
+        workers stop, and the run will exit non-zero with ``why``."""
+        failing[g] = why
+        log.error("%s; its remaining episodes are left not run", why)
+        for p in groups[g]:
+            drop(g, p.key, "", None)
+            p.info["model_failing"] = why
+        for ref in [ref for ref, (gg, _, _) in pending.items() if gg == g]:
+            pending.pop(ref)
+        for ref in [ref for ref, (gg, _) in reviving.items() if gg == g]:
+            reviving.pop(ref)
+        for w in workers[g]:
+            ray.kill(w)
 
     stored: set[str] = set()                                     # episodes with a row from this run
     busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
     reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
 
     def submit(g: str, w: int) -> None:
-        if queues[g] and (g, w) not in reviving.values():
+        if queues[g] and (g, w) not in reviving.values() and not stopping.requested():
             spec = queues[g].popleft()
             attempts[spec.episode_id] += 1
             busy[(g, w)] += 1
@@ -760,7 +813,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
             for row in budget_exhausted_rows(p.setup, gone, why):
                 bufs[point][0].append(row)
                 stored.add(row["episode_id"])
-                progress.update(row)
+                progress.update(row, model=g != "none")
 
     def ledger_lost(g: str, w: int, p: Point, spec: EpisodeSpec, res: dict[str, Any]) -> None:
         """An episode whose call could not ask the budget ledger (engine.budget.LedgerLost): not a
@@ -803,6 +856,8 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
 
     def written(store: EpisodeStore, rows: list[dict[str, Any]]) -> None:
         """Stored rows go to their point's judges (on the writer's thread; a hand-off)."""
+        if stopping.requested():        # a signal: judging them waits for the next run (it judges what is missing)
+            return
         per: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             if row["status"] == "ok" and (k := judged.get((store.uri, row["config_hash"]))) is not None:
@@ -832,7 +887,9 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
     last_poll = time.monotonic()
     last_health = {g: time.monotonic() for g in pools}
     try:
-        while pending or reviving:
+        # on a signal: no new episode; those in flight stop with their workers below and are no
+        # result (no row: the same command runs them); the rows that finished are flushed
+        while (pending or reviving) and not stopping.requested():
             if reviving:
                 answered, _ = ray.wait(list(reviving), num_returns=len(reviving), timeout=0)
                 for ref in answered:
@@ -893,7 +950,7 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 bufs[p.key][1].extend(res["steps"])
                 bufs[p.key][2].extend(res.get("calls", ()))
                 bufs[p.key][3].update(res.get("messages", {}))
-                progress.update(row)
+                progress.update(row, model=g != "none")
                 st = stats[p.key]
                 st["steps"] += row["n_steps"]
                 st["tokens_in"] += row["tokens_in"]
@@ -912,12 +969,18 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
                 last_poll = time.monotonic()
             for g, pool in pools.items():
                 m = by_key[groups[g][0].key].cfg.model
-                if pool is not None and time.monotonic() - last_health[g] >= m.health_check_s:
-                    if pool.check():            # a replica moved: workers route to its new address
-                        ray.get([w.set_endpoints.remote(g, pool.endpoints) for w in workers[g]], timeout=60)
+                if pool is not None and g not in failing and time.monotonic() - last_health[g] >= m.health_check_s:
+                    # a replica moved or left rotation: workers route by the new endpoints, pushed
+                    # before any restart is sent (a call the restart cuts off is then the pool's)
+                    pool.check(push=functools.partial(push_endpoints, g))
+                    events.record(pool)
                     last_health[g] = time.monotonic()
+                    if pool.failing:
+                        stop_model(g, pool.failing)
+            progress.note = "; ".join(n for pool in pools.values() if pool is not None and (n := pool.rotation_note()))
             progress.render()
-        _poll_live(workers, progress)
+        if not stopping.requested():
+            _poll_live(workers, progress)
     finally:
         try:
             flush(final=True)
@@ -925,11 +988,17 @@ def _dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStr
             for ws in workers.values():        # per sweep: the next wave hosts other models
                 for w in ws:
                     ray.kill(w)
+    stopping.check()
     for k, st in stats.items():
         p = by_key[k]
         pool = pools.get(Session.key(p.cfg.model)) if p.uses_model else None
         if p.info.get("budget_lost"):       # planned, but neither run nor stored: the same command runs them
             p.info["unstarted"] = sum(1 for s in p.plan.todo if s.episode_id not in stored)
+        if p.info.get("model_failing"):     # left not run: the same command runs them
+            p.info["not_run"] = sum(1 for s in p.plan.todo if s.episode_id not in stored)
+        if pool is not None:
+            events.record(pool)
+            p.info["replica_restart_causes"] = dict(pool.restart_causes)
         p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
                       failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
                       tokens_out=st["tokens_out"])
@@ -1000,8 +1069,21 @@ def hydra_entry() -> None:
         return
     cfgs: list[Config] = []
     infos: list[dict[str, Any]] = []
-    hydra_main("config", lambda cfg, session: cfgs.append(cfg),
-               after=lambda session: infos.extend(run_sweep(cfgs, session)))
+    # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/stopping.py)
+    stopping.arm(cfgs)
+    signum = 0
+    try:
+        hydra_main("config", lambda cfg, session: cfgs.append(cfg),
+                   after=lambda session: infos.extend(run_sweep(cfgs, session)))
+        stopping.over()
+    except BaseException as e:
+        if not (signum := stopping.stopped_by(e)):
+            raise
+        if isinstance(e, Exception):        # what the stop tore down under a call
+            log.info("while stopping: %s: %s", type(e).__name__, str(e).strip().split("\n")[0][:300])
+    if signum:                  # outside the except: the run's frames (and what they hold) are released
+        raise SystemExit(stopping.report(signum))
+    stopping.disarm()           # the caller's handlers again (a signal after the results changes nothing)
     code, why = exit_code(cfgs, infos)
     if code:
         sys.stderr.write(why + "\n")

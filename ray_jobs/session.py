@@ -122,14 +122,17 @@ class Session:
     def pool(self, m: ModelConfig, log_dir: Path, keep: set[str] | None = None, log_uri: str = "",
              key: str | None = None) -> list[Endpoint]:
         """Endpoints of ``m``: a hosted pool started once per session, or the external one. Pools
-        not in ``keep`` (keys from :meth:`needed`) are stopped first, to free their resources."""
+        not in ``keep`` (keys from :meth:`needed`) are stopped first, to free their resources. A
+        CPU model's replicas get the dtype this machine resolves, the one its episode ids record
+        (``with_planned_dtype``): a replica on a node that resolves another refuses to start."""
         from engine.hosting.replica import ModelPool
+        from engine.hosting.vllm_server import with_planned_dtype
 
         key = key or self.key(m)       # a model with replicas: auto is kept under its config's key, sized
         if key in self.pools:
             return self.pools[key][1]
         self.stop_pools(keep or set())            # free the accelerators
-        pool = self.reserved.pop(key, None) or ModelPool(m, log_dir, log_uri)
+        pool = self.reserved.pop(key, None) or ModelPool(with_planned_dtype(m), log_dir, log_uri)
         t0 = time.time()
         endpoints = pool.start()
         if m.kind == "vllm":
@@ -144,11 +147,12 @@ class Session:
         """Reserve the placement groups of ``m``'s replicas now (:meth:`pool` starts them): a wave
         reserves its models largest replica first (``ModelPool.reserve``)."""
         from engine.hosting.replica import ModelPool
+        from engine.hosting.vllm_server import with_planned_dtype
 
         key = key or self.key(m)
         if key in self.pools or key in self.reserved or m.kind != "vllm":
             return
-        pool = ModelPool(m, log_dir, log_uri)
+        pool = ModelPool(with_planned_dtype(m), log_dir, log_uri)
         pool.reserve()
         self.reserved[key] = pool
 
@@ -219,7 +223,17 @@ class Session:
 
     # -- teardown ----------------------------------------------------------------------------
     def close(self) -> None:
-        for pool in [*(p for p, _ in self.pools.values()), *self.reserved.values()]:
+        pools = [*(p for p, _ in self.pools.values()), *self.reserved.values()]
+        # every replica's server is told to stop at once (ModelPool.stop then waits for each in turn,
+        # and its own stop call finds the server gone): a stopped run (ray_jobs/stopping.py) has
+        # seconds, not a vLLM shutdown per replica one after another
+        for pool in pools:
+            for r in list(getattr(pool, "replicas", ())):
+                try:
+                    r.stop.remote()
+                except Exception:  # noqa: BLE001 - ModelPool.stop tries again
+                    pass
+        for pool in pools:
             try:
                 pool.stop()
             except Exception as e:  # noqa: BLE001 - teardown goes on

@@ -23,6 +23,10 @@ Failure modes a replica's lifecycle must handle (flags or environment):
   (a saturated server) while completions go on and the token counters advance;
 * ``--fake-fail-once PATH`` / ``$FAKE_VLLM_FAIL_ONCE``: the first server to create PATH exits at
   once with code 3 (one replica of a pool that fails to start; its restart finds PATH and serves).
+* ``--fake-busy`` / ``$FAKE_VLLM_BUSY=1``: the completion delay (``--fake-delay-s``) computes
+  instead of sleeping (one long engine step on a CPU: counters still, the process busy);
+* ``--fake-canary hang`` / ``$FAKE_VLLM_CANARY=hang``: the liveness canary is never answered (as
+  when it waits behind a long step), so the canary shows no progress.
 * With ``$VLLM_API_KEY`` set (every hosted replica: a key per model pool), ``/v1`` routes answer
   401 without ``Authorization: Bearer <key>``, as vLLM does; ``/health`` and ``/info`` are open.
 
@@ -60,6 +64,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fake-spawn-child", action="store_true", default=os.environ.get("FAKE_VLLM_SPAWN_CHILD") == "1")
     p.add_argument("--fake-wedge-after", type=int, default=int(os.environ.get("FAKE_VLLM_WEDGE_AFTER", "-1") or -1))
     p.add_argument("--fake-fail-once", default=os.environ.get("FAKE_VLLM_FAIL_ONCE", ""))
+    p.add_argument("--fake-busy", action="store_true", default=os.environ.get("FAKE_VLLM_BUSY") == "1")
+    p.add_argument("--fake-canary", choices=("answer", "hang"), default=os.environ.get("FAKE_VLLM_CANARY") or "answer")
     p.add_argument("--fake-health-delay-s", type=float,
                    default=float(os.environ.get("FAKE_VLLM_HEALTH_DELAY_S", "0") or 0))
     args, _unknown = p.parse_known_args(list(argv))     # vLLM's engine args: accepted, ignored
@@ -159,6 +165,8 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPSe
                     wedged.set()
             if wedged.is_set():
                 threading.Event().wait()            # never answers; /health still does
+            if self.headers.get("X-Dateline-Canary") and args.fake_canary == "hang":
+                threading.Event().wait()            # the canary waits behind the long step, forever here
             if self.headers.get("X-Dateline-Canary"):   # a replica's liveness probe: no script, no log line
                 with lock:
                     stats["running"] -= 1
@@ -174,7 +182,11 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPSe
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            if args.fake_delay_s:
+            if args.fake_delay_s and args.fake_busy:      # one long engine step that computes (a CPU prefill)
+                end = time.monotonic() + args.fake_delay_s
+                while time.monotonic() < end:
+                    sum(i * i for i in range(10_000))
+            elif args.fake_delay_s:
                 time.sleep(args.fake_delay_s)
             messages = req.get("messages") or []
             text = respond(messages, req)

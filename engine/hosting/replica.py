@@ -17,17 +17,32 @@ import secrets
 import time
 from dataclasses import replace as dc_replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
 from engine.config import ModelConfig, replica_count
 from engine.errors import PlacementError
-from engine.hosting.liveness import DOWN, OK, SATURATED, WEDGED, Liveness, canary, health_ok, scrape
-from engine.hosting.vllm_server import VLLMServer, engine_settings
+from engine.hosting.liveness import (DOWN, OK, SATURATED, WEDGED, Liveness, canary, gpus_busy, health_ok, scrape,
+                                     tree_cpu_s)
+from engine.hosting.machine import describe
+from engine.hosting.vllm_server import VLLMServer, resolved_engine
 from engine.llm import Endpoint
 
 log = logging.getLogger(__name__)
+
+
+def batched_tokens(engine_args: dict[str, Any] | None) -> int:
+    """The most prompt tokens one engine step may take (vLLM's ``max_num_batched_tokens``; without
+    it, with chunked prefill off, a whole ``max_model_len`` prompt; else vLLM's 2048)."""
+    a = engine_args or {}
+    for k in ("max_num_batched_tokens", "max_model_len"):
+        if a.get(k):
+            try:
+                return int(a[k])
+            except (TypeError, ValueError):
+                continue
+    return 2048
 
 
 def replica_log_name(model: str, index: int) -> str:
@@ -128,7 +143,12 @@ class ModelReplica:
         # loopback: only this node's clients (a one-node cluster); node: this node's IP, where the
         # other nodes' workers reach it; never every interface
         self.host = "127.0.0.1" if bind == "loopback" else ray.util.get_node_ip_address()
-        engine_args, env = engine_settings(self.cfg)
+        # on this replica's node: a CPU model's dtype, threads and KV cache from the machine
+        # (engine/hosting/machine.py), its slice of the cores shared with the CPU replicas placed here
+        on_node, slot = self._node_share()
+        engine_args, env, self.engine = resolved_engine(self.cfg, replicas_on_node=on_node, slot=slot)
+        if self.engine:
+            log.info("replica %d of %s engine settings: %s", index, self.cfg.name, "; ".join(describe(self.engine)))
         self.server = VLLMServer(self.cfg.path, self.cfg.served_name or self.cfg.name,
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
                                  engine_args=engine_args, env=env,
@@ -136,10 +156,30 @@ class ModelReplica:
                                  module=self.cfg.server_module, host=self.host, api_key=api_key)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
-        self.liveness = Liveness(self.cfg.stall_timeout_s)
+        self.liveness = Liveness(self.cfg.stall_timeout_s, batched_tokens(self.server.engine_args))
         self.metrics = _replica_metrics()
         self._checks = 0
-        self._canary: tuple[Any, int] | None = None     # (thread, the check that sent it)
+        self._canary: tuple[Any, int, list[bool]] | None = None     # (thread, the check that sent it, its answer)
+
+    def _node_share(self) -> tuple[int, int]:
+        """(CPU replicas placed on this node, this one's slot among them): the placement groups of
+        CPU-only replicas (any model's; only model pools make placement groups) whose first bundle
+        is on this node, in id order, when this replica starts. ``(1, 0)`` for a GPU model or a
+        replica without a group."""
+        if self.placement_group is None or self.cfg.num_gpus or self.cfg.kind != "vllm":
+            return 1, 0
+        try:
+            from ray.util.placement_group import placement_group_table
+
+            node, mine = ray.get_runtime_context().get_node_id(), self.placement_group.id.hex()
+            here = sorted(pid for pid, t in placement_group_table().items()
+                          if t.get("state") == "CREATED" and t.get("bundles_to_node_id", {}).get(0) == node
+                          and t.get("bundles", {}).get(0, {}).get("CPU") and not t["bundles"][0].get("GPU"))
+            return (len(here), here.index(mine)) if mine in here else (1, 0)
+        except Exception as e:  # noqa: BLE001 - the whole node is a safe default
+            log.warning("replica %d of %s: could not count the CPU replicas on its node (%s): binds every core",
+                        self.index, self.cfg.name, e)
+            return 1, 0
 
     def _claim_gpus(self) -> None:
         """Tensor parallel on GPUs: hold the group's other GPU bundles and give the server every GPU
@@ -165,48 +205,69 @@ class ModelReplica:
         self.healthy_after_s = self.server.wait_healthy(self.cfg.startup_timeout_s)
         return {"base_url": f"http://{self.host}:{self.server.port}/v1", "healthy_after_s": self.healthy_after_s,
                 "replica": self.index, "node_id": ray.get_runtime_context().get_node_id(),
-                "gpus": self.server.env.get("CUDA_VISIBLE_DEVICES", "") if self.cfg.num_gpus else ""}
+                "gpus": self.server.env.get("CUDA_VISIBLE_DEVICES", "") if self.cfg.num_gpus else "",
+                "engine": self.engine}          # what a CPU model's settings resolved to here, and why
 
     def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """Whether the server process lives, answers ``/health`` within ``timeout_s`` and makes
-        progress (its ``/metrics``: tokens advancing while requests are in the engine), and where
-        it is: the pool checks every replica each ``model.health_check_s``
-        (:mod:`engine.hosting.liveness` has the verdicts). ``/metrics`` gets the whole check period
-        (``4 x timeout_s``): a saturated server answers late, and its counters are what clear it."""
+        progress, and where it is: the pool checks every replica each ``model.health_check_s``
+        (:mod:`engine.hosting.liveness` has the verdicts). Progress is read from ``/metrics``
+        (tokens advancing while requests are in the engine), the canary, the CPU time of the
+        server's processes and, on GPUs, their utilization. ``/metrics`` gets the whole check
+        period (``4 x timeout_s``): a saturated server answers late, and its counters are what
+        clear it."""
         from concurrent.futures import ThreadPoolExecutor
 
-        alive = self.server.proc is not None and self.server.proc.poll() is None
-        ok, sample, overdue = False, None, False
+        proc = self.server.proc
+        alive = proc is not None and proc.poll() is None
+        ok, sample, overdue, done, cpu, gpu = False, None, False, False, None, None
         if alive:
+            assert proc is not None
             base = self.server.local_url()
             with ThreadPoolExecutor(2) as ex:
                 h = ex.submit(health_ok, base, timeout_s)
                 m = ex.submit(scrape, base, 4 * timeout_s)
                 ok, sample = h.result(), m.result()
-            overdue = self._canary_overdue(base)
-        verdict = self.liveness.observe(alive, ok, sample, overdue)
+            overdue, done = self._canary_state(base)
+            cpu = tree_cpu_s(proc.pid)
+            if self.cfg.num_gpus:
+                gpu = gpus_busy(self.server.env.get("CUDA_VISIBLE_DEVICES", ""))
+        lv = self.liveness
+        verdict = lv.observe(alive, ok, sample, overdue, done, cpu, gpu)
         self._report(sample)
+        now = sample.t if sample is not None else time.monotonic()
         return {"alive": alive, "healthy": ok, "verdict": verdict, "replica": self.index,
                 "running": sample.running if sample else None, "waiting": sample.waiting if sample else None,
-                "tokens_per_s": self.liveness.tokens_per_s,
+                "tokens_per_s": lv.tokens_per_s, "advanced": bool(lv.seen.get("tokens")),
+                "progress": {k: v for k, v in lv.seen.items() if v}, "canary_overdue": overdue,
+                "window_s": lv.window_s, "stalled_for_s": lv.stalled_for(now), "prompt_tokens_per_s": lv.prompt_rate,
+                "longest_step_s": lv.longest_step_s,
                 "base_url": f"http://{self.host}:{self.server.port}/v1",
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def _canary_overdue(self, base: str) -> bool:
-        """Whether the canary (one-token completion) sent at an earlier check is still unanswered;
-        a new one goes out when the last one finished."""
+    def _canary_state(self, base: str) -> tuple[bool, bool]:
+        """Whether the canary (one-token completion) sent at an earlier check is still unanswered,
+        and whether one was answered since the last check; a new one goes out when the last one
+        finished."""
         import threading
 
         self._checks += 1
         if self._canary is not None and self._canary[0].is_alive():
-            return self._canary[1] < self._checks
+            return self._canary[1] < self._checks, False
+        done = self._canary is not None and bool(self._canary[2]) and self._canary[2][0]
         key = self.server.env.get("VLLM_API_KEY", "")
+        answer: list[bool] = []
+        served = self.cfg.served_name or self.cfg.name
+        timeout = self.cfg.request_timeout_s
+
+        def send() -> None:
+            answer.append(canary(base, served, key, timeout))
+
         # a daemon thread: a canary stuck in a wedged server never holds the actor's exit
-        t = threading.Thread(target=canary, args=(base, self.cfg.served_name or self.cfg.name, key,
-                                                  self.cfg.request_timeout_s), daemon=True, name="canary")
+        t = threading.Thread(target=send, daemon=True, name="canary")
         t.start()
-        self._canary = (t, self._checks)
-        return False
+        self._canary = (t, self._checks, answer)
+        return False, done
 
     def _report(self, sample: Any) -> None:
         """The replica's Prometheus metrics, through Ray's metrics agent (``ray.util.metrics``:
@@ -244,15 +305,17 @@ class ModelReplica:
             log.warning("copying %s to %s: %s", log_path, self.log_uri.partition("?")[0], e)
             return ""
 
-    def restart(self) -> dict[str, Any]:
+    def restart(self, window_factor: float | None = None) -> dict[str, Any]:
         """Stop whatever is left of the server (its whole process group, through the reaper) and
-        start it again on the same port (another one if that is taken meanwhile)."""
+        start it again on the same port (another one if that is taken meanwhile).
+        ``window_factor``: the stall window's multiplier from now on (the pool doubles it after
+        each restart for a stall)."""
         self.server.stop()
         self.copy_log()
         log.warning("restarting vLLM replica %d of %s", self.index, self.cfg.name)
         if self.metrics is not None:
             self.metrics[2].inc(1.0, tags={"model": self.cfg.name, "replica": str(self.index)})
-        self.liveness.reset()
+        self.liveness.reset(window_factor)
         self._canary = None             # answered (with an error) once the old server is gone
         return self.start()
 
@@ -273,6 +336,25 @@ class ModelReplica:
             pass
 
 
+def _verdict_line(h: dict[str, Any]) -> str:
+    """A verdict with the numbers behind it, for logs and diagnoses."""
+    if h.get("verdict") == WEDGED:
+        return (f"wedged ({h.get('running') or 0:g} running, {h.get('waiting') or 0:g} waiting"
+                f"{', canary unanswered' if h.get('canary_overdue') else ''}; no token, no canary answer, no engine "
+                f"CPU{' or GPU' if 'gpu' in h.get('progress', {}) else ''} for {float(h.get('stalled_for_s') or 0):.0f} s, "
+                f"window {float(h.get('window_s') or 0):.0f} s)")
+    if not h.get("alive"):
+        return "down (its server process or actor is gone)"
+    return "down (no /health and no progress)" if h.get("verdict") == DOWN else str(h.get("verdict"))
+
+
+def _verdict_record(h: dict[str, Any]) -> dict[str, Any]:
+    """The metrics behind a verdict, as an event stores them."""
+    keys = ("verdict", "alive", "healthy", "running", "waiting", "tokens_per_s", "prompt_tokens_per_s",
+            "longest_step_s", "window_s", "stalled_for_s", "canary_overdue", "progress")
+    return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in h.items() if k in keys}
+
+
 class ModelPool:
     """Starts the replicas of one model (or none, for an external endpoint) and hands out endpoints."""
 
@@ -290,6 +372,13 @@ class ModelPool:
         self._given_up: set[int] = set()
         self.last_health: dict[int, dict[str, Any]] = {}
         self.restarts = 0
+        self._stall_restarts: dict[int, int] = {}   # restarts for a stall in a row (no token since)
+        self._pending_restart: list[tuple[int, float | None]] = []   # decided, sent after the push
+        self.restart_causes: dict[str, int] = {}    # "wedged" / "down" / "dead" -> restarts for it
+        self.failing = ""                           # the diagnosis once no replica can serve
+        # what happened to the replicas (starts, verdicts with the metrics behind them, restarts,
+        # declared failures): the driver stores them in the run dir (drain_events)
+        self.events: list[dict[str, Any]] = []
         self._placed: int | None = None             # replicas whose groups are reserved (reserve())
         # every hosted replica requires this key (vLLM's VLLM_API_KEY): made per pool, kept in
         # memory, given to clients inside their endpoints; never on a command line or on disk
@@ -326,6 +415,7 @@ class ModelPool:
                 except Exception as e:  # noqa: BLE001 - its start failed; the others may serve
                     errors.append((i, e))
                     self._start_failures[i] = 1
+                    self._event(i, "start_failed", error=f"{type(e).__name__}: {e}"[:500])
                     log.error("replica %d of %s failed to start: %s", i, cfg.name, e)
                     if n - len(errors) < need:
                         raise RuntimeError(
@@ -335,6 +425,7 @@ class ModelPool:
                     continue
                 up += 1
                 self.startup[i] = info
+                self._event(i, "started", healthy_after_s=round(float(info.get("healthy_after_s", 0.0)), 1))
                 self.endpoints[i] = dc_replace(self.endpoints[i], base_url=info["base_url"], in_rotation=True)
             for ref, i in pending.items():          # still loading: they join at a later check
                 self._restarting[i] = ref
@@ -436,24 +527,30 @@ class ModelPool:
                 log.warning("removing a placement group of %s: %s", self.cfg.name, e)
         self.placement_groups = []
 
-    def check(self, timeout_s: float | None = None) -> bool:
+    def check(self, timeout_s: float | None = None,
+              push: Callable[[list[Endpoint]], None] | None = None) -> bool:
         """Check every replica (:meth:`ModelReplica.health`, all at once) and act on the verdict
         (:mod:`engine.hosting.liveness`):
 
         * ok, or saturated (``/health`` late but tokens advancing): in rotation; never restarted;
-        * wedged (requests in the engine, no token between two checks) or down (no answer, no
-          progress): out of rotation at once, so no new episode goes there and pinned ones move;
-          restarted after ``model.unhealthy_checks`` such checks in a row, at once when its
-          process is dead or its actor gone (Ray re-creates a lost actor elsewhere, with a new
-          address);
+        * wedged (work in the engine and no sign of progress for the replica's stall window) or
+          down (no answer, no progress): out of rotation at once, so no new episode goes there
+          and pinned ones move; restarted after ``model.unhealthy_checks`` such checks in a row,
+          at once when its process is dead or its actor gone (Ray re-creates a lost actor
+          elsewhere, with a new address). After a restart for a stall the replica's window
+          doubles; after ``model.max_stall_restarts`` of them in a row (no token in between) the
+          replica is given up with a diagnosis (:attr:`failing` once no replica is left);
         * a replica still starting, or restarting, joins rotation when it is healthy; one that
-          failed to start ``model.max_start_failures`` times is left out (and logged).
+          failed to start ``model.max_start_failures`` times is left out.
 
-        Restarts run in the background (``pending_restarts``). Returns True when the endpoints
-        changed (an address, or who is in rotation): the driver then pushes them to the workers.
-        ``timeout_s``: the ``/health`` deadline (default: ``model.health_check_s``, at most 5 s:
-        a busy vLLM on few cores answers late, and a deadline of a fraction of a second restarted
-        healthy servers in tests/e2e/test_fault_real.py)."""
+        Restarts run in the background (``pending_restarts``). With ``push`` (the driver's: it
+        hands the endpoints to the workers and waits), changed endpoints are pushed *before* any
+        restart is sent, so a call cut off by the restart finds its replica out of rotation and
+        is the pool's failure, not the episode's (engine/llm.py). Returns True when the
+        endpoints changed and were not pushed. ``timeout_s``: the ``/health`` deadline (default:
+        ``model.health_check_s``, at most 5 s: a busy vLLM on few cores answers late, and a
+        deadline of a fraction of a second restarted healthy servers in
+        tests/e2e/test_fault_real.py)."""
         if self.cfg.kind != "vllm" or not self.replicas:
             return False
         t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s)
@@ -470,19 +567,24 @@ class ModelPool:
                     self._start_failures[i] = self._start_failures.get(i, 0) + 1
                     log.warning("replica %d of %s failed to (re)start (%d of %d): %s", i, self.cfg.name,
                                 self._start_failures[i], self.cfg.max_start_failures, e)
+                    self._event(i, "start_failed", error=f"{type(e).__name__}: {e}"[:500],
+                                attempt=self._start_failures[i])
                     continue
                 self._start_failures[i] = 0
                 if self.startup and not self.startup[i]:
                     self.startup[i] = info
+                    self._event(i, "started", healthy_after_s=round(float(info.get("healthy_after_s", 0.0)), 1))
                 else:
                     self.restarts += 1
+                    self._event(i, "restarted", healthy_after_s=round(float(info.get("healthy_after_s", 0.0)), 1))
                 changed |= self._set_endpoint(i, info["base_url"], True)
                 continue
+            if i in self._given_up:
+                continue
             if self._start_failures.get(i, 0) >= self.cfg.max_start_failures:
-                if i not in self._given_up:
-                    self._given_up.add(i)
-                    log.error("replica %d of %s failed to start %d times: left out of rotation for this run", i,
-                              self.cfg.name, self._start_failures[i])
+                self._give_up(i, f"replica {i} failed to start {self._start_failures[i]} times "
+                                 f"(model.max_start_failures={self.cfg.max_start_failures})")
+                changed |= self._set_endpoint(i, "", False, "failed to start")
                 continue
             asked[i] = r.health.remote(t)
         for i, ref in asked.items():
@@ -491,30 +593,110 @@ class ModelPool:
             except Exception as e:  # noqa: BLE001 - the actor is gone or hung
                 log.warning("replica %d of %s does not answer (%s)", i, self.cfg.name, e)
                 h = {"alive": False, "healthy": False, "verdict": DOWN, "base_url": ""}
+            prev = self.last_health.get(i, {}).get("verdict")
             self.last_health[i] = h
+            if h["verdict"] != prev and (h["verdict"] != OK or prev not in (None, OK)):
+                self._event(i, "verdict", **_verdict_record(h))
+            if h.get("advanced"):
+                self._stall_restarts[i] = 0          # it served a token: the stall restarts are not in a row
             if h["verdict"] in (OK, SATURATED):
                 self._misses[i] = 0
                 changed |= self._set_endpoint(i, h["base_url"], True)
                 continue
             self._misses[i] = self._misses.get(i, 0) + 1
+            wedged = h["verdict"] == WEDGED
             if self.endpoints[i].in_rotation:
-                log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name,
-                            "wedged (requests running, no tokens)" if h["verdict"] == WEDGED else "down")
-            changed |= self._set_endpoint(i, "", False)
+                log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name, _verdict_line(h))
             if not h["alive"] or self._misses[i] >= self.cfg.unhealthy_checks:
                 self._misses[i] = 0
-                self._restarting[i] = self.replicas[i].restart.remote()
+                cause = "wedged" if wedged else ("dead" if not h["alive"] else "down")
+                factor: float | None = None
+                if wedged:
+                    n = self._stall_restarts.get(i, 0)
+                    if n >= self.cfg.max_stall_restarts:
+                        self._give_up(i, self._diagnosis(i, h, n))
+                        changed |= self._set_endpoint(i, "", False, f"given up: wedged after {n} restarts")
+                        continue
+                    self._stall_restarts[i] = n + 1
+                    factor = 2.0 ** (n + 1)
+                self.restart_causes[cause] = self.restart_causes.get(cause, 0) + 1
+                why = f"restarting: {cause}" + (f" (stall restart {self._stall_restarts[i]} of "
+                                                  f"{self.cfg.max_stall_restarts})" if wedged else "")
+                changed |= self._set_endpoint(i, "", False, why)
+                self._event(i, "restart", cause=cause, window_factor=factor, **_verdict_record(h))
+                self._pending_restart.append((i, factor))
+            else:
+                changed |= self._set_endpoint(i, "", False, _verdict_line(h))
+        if changed and push is not None:
+            push(list(self.endpoints))
+            changed = False
+        for i, factor in self._pending_restart:
+            log.warning("restarting replica %d of %s (%s)", i, self.cfg.name, self.endpoints[i].state)
+            self._restarting[i] = self.replicas[i].restart.remote(factor)
+        self._pending_restart = []
         return changed
+
+    def _give_up(self, i: int, why: str) -> None:
+        """Replica ``i`` is out for the rest of the run; with none left the model is failing."""
+        if i in self._given_up:
+            return
+        self._given_up.add(i)
+        log.error("model %s: %s; replica %d left out of rotation for this run", self.cfg.name, why, i)
+        self._event(i, "given_up", reason=why)
+        try:
+            self.replicas[i].stop.remote()       # its engine holds a node's cores or GPUs for nothing
+        except Exception as e:  # noqa: BLE001 - the actor may be gone already
+            log.warning("stopping given-up replica %d of %s: %s", i, self.cfg.name, e)
+        if len(self._given_up) >= len(self.replicas) and not self.failing:
+            self.failing = f"model {self.cfg.name} is failing: no replica can serve. {why}"
+            self._event(i, "model_failing", reason=self.failing)
+
+    def _diagnosis(self, i: int, h: dict[str, Any], restarts: int) -> str:
+        """One line: what was seen, the rates measured, and what to change."""
+        m = self.cfg
+        rate = float(h.get("prompt_tokens_per_s") or 0.0)
+        measured = (f"measured before: prompt {rate:.1f} tok/s, longest engine step "
+                    f"{float(h.get('longest_step_s') or 0.0):.0f} s" if rate or h.get("longest_step_s")
+                    else "no token was ever counted by this replica")
+        dtype = m.engine_args.get("dtype", "") if m.num_gpus == 0 else ""
+        hints = ["raise model.stall_timeout_s", f"model.max_stall_restarts (now {m.max_stall_restarts})"]
+        if m.num_gpus == 0:
+            hints.insert(0, "run `dateline doctor` for this machine's engine settings and speed"
+                            + (f"; model.engine_args.dtype={dtype} is set explicitly" if dtype else ""))
+        if rate and rate * float(h.get("window_s") or 0.0) < batched_tokens(m.engine_args):
+            hints.append("lower model.engine_args.max_num_batched_tokens / max_model_len")
+        return (f"replica {i} wedged after {restarts} restart(s) in a row: {_verdict_line(h)}; {measured}. "
+                f"Change: {'; '.join(hints)}")
+
+    def _event(self, replica: int, event: str, **fields: Any) -> None:
+        self.events.append({"t": time.time(), "model": self.cfg.name, "replica": replica, "event": event,
+                            **{k: v for k, v in fields.items() if v is not None}})
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        """The events since the last call (the driver stores them)."""
+        out, self.events = self.events, []
+        return out
+
+    def rotation_note(self) -> str:
+        """Why no replica is in rotation ("" while one is): for the progress line."""
+        if any(e.in_rotation for e in self.endpoints):
+            return ""
+        why = sorted({e.state for e in self.endpoints if e.state}) or ["starting"]
+        return f"{self.cfg.name}: no replica in rotation ({'; '.join(why)})"
 
     @property
     def pending_restarts(self) -> int:
         return len(self._restarting)
 
-    def _set_endpoint(self, i: int, base_url: str, in_rotation: bool) -> bool:
-        """Replica ``i``'s address (kept when ``base_url`` is empty) and whether it is in rotation;
-        True when either changed."""
+    def _set_endpoint(self, i: int, base_url: str, in_rotation: bool, state: str = "") -> bool:
+        """Replica ``i``'s address (kept when ``base_url`` is empty), whether it is in rotation and
+        why not (``state``); True when the address or the rotation changed."""
         old = self.endpoints[i]
-        new = dc_replace(old, base_url=base_url or old.base_url, in_rotation=in_rotation)
+        new = dc_replace(old, base_url=base_url or old.base_url, in_rotation=in_rotation,
+                         state="" if in_rotation else state)
+        if new.state != old.state:
+            self.endpoints[i] = new
+            return old.in_rotation != in_rotation or new.base_url != old.base_url
         if new == old:
             return False
         self.endpoints[i] = new

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.errors import ConfigError
 from engine.hosting.liveness import health_ok
+from engine.hosting.machine import MachineFacts, detect, identity_dtype, resolve_cpu_engine
 
 log = logging.getLogger(__name__)
 
@@ -32,24 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])
-
-
-# x86 extensions that decide how fast vLLM's CPU kernels run a dtype (perf/cpu_dtype.py prints
-# them): bfloat16 dot products are native with AVX512_BF16 or AMX.
-CPU_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
-
-
-def cpu_isa(cpuinfo: str | None = None) -> set[str]:
-    """Which of :data:`CPU_ISA_FLAGS` this machine has (``/proc/cpuinfo``; empty where it is absent)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split()) & set(CPU_ISA_FLAGS)
-    return set()
 
 
 def server_command(model_path: str, served_name: str, port: int, host: str = "0.0.0.0",
@@ -98,11 +82,73 @@ def reproducible_settings(engine_args: dict[str, Any], env: dict[str, str],
     return args, env
 
 
-def engine_settings(m: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """The engine arguments and environment a replica of model config ``m`` runs with."""
+# The dtype the driver resolved for a CPU model and recorded in every episode id, handed to its
+# replicas in the model config's environment (never to the server): a replica whose node would
+# resolve another dtype refuses to start (:func:`resolved_engine`).
+PLANNED_DTYPE_ENV = "DATELINE_PLANNED_DTYPE"
+
+
+def derives_cpu_settings(m: Any) -> bool:
+    """Whether the replicas of model config ``m`` get their CPU engine settings from their node
+    (:func:`engine.hosting.machine.resolve_cpu_engine`): a hosted model on no GPU."""
+    return bool(m.kind == "vllm" and not m.num_gpus)
+
+
+def planned_dtype(m: Any, facts: MachineFacts | None = None) -> str | None:
+    """The dtype a CPU model's replicas run with as this machine (``facts``, default: detected)
+    resolves it, the config's when set; None for a GPU model or an external endpoint. Part of the
+    engine identity (``ray_jobs/run.py: engine_identity``)."""
+    if not derives_cpu_settings(m):
+        return None
+    return identity_dtype(m.engine_args, facts or detect())
+
+
+def with_planned_dtype(m: Any, facts: MachineFacts | None = None) -> Any:
+    """``m`` as the driver hands it to its pool: a CPU model whose dtype is derived carries the
+    dtype this machine resolves (:data:`PLANNED_DTYPE_ENV`), so each replica checks its node
+    agrees; anything else unchanged. ``m`` itself is not modified (the pool's key, the config
+    hash and the stored config stay what the config says)."""
+    if not derives_cpu_settings(m) or "dtype" in m.engine_args:
+        return m
+    from dataclasses import replace
+
+    return replace(m, env={**m.env, PLANNED_DTYPE_ENV: planned_dtype(m, facts)})
+
+
+def resolved_engine(m: Any, facts: MachineFacts | None = None, *, replicas_on_node: int = 1,
+                    slot: int = 0) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """What a replica of model config ``m`` runs with on this machine: engine arguments,
+    environment, and what was chosen (:func:`engine.hosting.machine.resolve_cpu_engine`'s record;
+    empty for a GPU model, whose settings are the config's). A CPU model's dtype, threads and KV
+    cache are derived from ``facts`` (default: :func:`~engine.hosting.machine.detect`) unless the
+    config sets them; ``model.reproducible`` applies on top. Raises ConfigError when the dtype the
+    driver planned (:func:`with_planned_dtype`) is not the one this node resolves."""
+    args, env = dict(m.engine_args), {k: str(v) for k, v in m.env.items()}
+    planned = env.pop(PLANNED_DTYPE_ENV, None)
+    chosen: dict[str, Any] = {}
+    if derives_cpu_settings(m):
+        facts = facts or detect()
+        args, env, chosen = resolve_cpu_engine(args, env, facts, model_path=m.path,
+                                               replicas_on_node=replicas_on_node, slot=slot)
+        if planned and "dtype" not in m.engine_args and planned != args["dtype"]:
+            raise ConfigError(
+                f"model {m.name}: this node's CPU ({facts.cpu_model or facts.arch}; flags: "
+                f"{', '.join(sorted(facts.flags)) or 'none of those that matter'}) would run it in "
+                f"{args['dtype']} ({chosen['why']['dtype']}), but the run's plan recorded {planned} (resolved on "
+                f"the driver's machine) in every episode id. Refusing to start rather than mix two dtypes in one "
+                f"configuration: set model.engine_args.dtype explicitly (++model.engine_args.dtype={planned} keeps "
+                f"the plan's, slow where it is emulated; float32 is a new configuration)")
     if m.reproducible:
-        return reproducible_settings(m.engine_args, m.env, gpus=m.num_gpus > 0)
-    return dict(m.engine_args), dict(m.env)
+        args, env = reproducible_settings(args, env, gpus=m.num_gpus > 0)
+    return args, env, chosen
+
+
+def engine_settings(m: Any, facts: MachineFacts | None = None, *, replicas_on_node: int = 1,
+                    slot: int = 0) -> tuple[dict[str, Any], dict[str, str]]:
+    """The engine arguments and environment a replica of model config ``m`` runs with on this
+    machine (:func:`resolved_engine` without its record)."""
+    args, env, _ = resolved_engine(m, facts, replicas_on_node=replicas_on_node, slot=slot)
+    return args, env
 
 
 # What a failed bind looks like in a server's output (uvicorn/asyncio or Python's socketserver):
@@ -138,6 +184,11 @@ class VLLMServer:
         self.stop_grace_s = stop_grace_s
         self.rebinds = 0                # ports given up because another process took them first
         self._log_offset = 0
+
+    @property
+    def engine_args(self) -> dict[str, Any]:
+        """The engine arguments the server runs with."""
+        return dict(self._args[4] or {})
 
     def _command(self, port: int) -> list[str]:
         model_path, served_name, host, tp, engine_args, module = self._args

@@ -18,6 +18,7 @@ import numpy as np
 from engine import stats
 from engine.benchmarks import get_benchmark
 from engine.config import config_labels
+from engine.hosting.events import causes, describe, read_events
 from engine.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
 from engine import outcomes
 from engine.protocol import Benchmark, Row
@@ -161,6 +162,9 @@ class BenchmarkSection:
     blocks: list[JudgedBlock]           # sorted by judge id
     costs: list[CostRow]
     tokens: TokensChart | None
+    # what the model replicas went through (engine/hosting/events.py): cause -> count, diagnoses
+    replicas: dict[str, int] = field(default_factory=dict)
+    diagnoses: list[str] = field(default_factory=list)
 
     @property
     def no_match(self) -> bool:
@@ -205,8 +209,10 @@ def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, P
         mine.sort(key=lambda v: [g.config_hash for g in groups].index(v.config_hash))
         blocks.append(judged_block(bench, name, jid, judges.get(jid, {}), mine, labels, n_boot, all_tasks))
     costs = run_costs(store, groups, prices)
+    events = read_events(store)
     return BenchmarkSection(name, root, n_boot, groups, judge, judges, blocks,
-                            cost_rows(groups, costs, n_boot), tokens_chart(groups, costs))
+                            cost_rows(groups, costs, n_boot), tokens_chart(groups, costs), causes(events),
+                            [ln.strip() for ln in describe(events) if ln.startswith("  ")])
 
 
 @dataclass

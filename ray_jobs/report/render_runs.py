@@ -90,6 +90,13 @@ def render_failures(page: Page, s: BenchmarkSection, links: dict[str, Cell]) -> 
                        if isinstance(index, Link) else ex["episode_id"][:16])
             first = (ex["error"] or "").splitlines()[0][:200] if ex["error"] else ex["status"]
             rows.append([g.label, kind, ex["status"], len(rs), ex["task_id"], page_of, first])
+    if s.replicas:              # restarts are the pool's, not the episodes': their causes, whatever failed
+        page.heading("Model replicas", 3)
+        page.para("What the hosted model's replicas went through in every run of this run dir, by cause "
+                  "(the events, with the metrics behind each verdict, are in replica-events-*.json).")
+        page.table(["cause", "times"], [[k, n] for k, n in s.replicas.items()])
+        for d in s.diagnoses:
+            page.strong(d)
     if not rows:
         return
     page.heading("Failures", 3)

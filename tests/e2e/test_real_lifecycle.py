@@ -17,6 +17,7 @@ import pytest
 
 from engine.hosting.liveness import OK, Liveness, scrape
 from engine.hosting.reaper import descendants
+from engine.hosting.vllm_server import engine_settings
 from ray_jobs.configs import compose
 from tests.hosting.test_lifecycle import alive, wait_gone
 
@@ -39,8 +40,9 @@ time.sleep(3600)
 
 
 def test_real_server_progress_metrics_and_no_orphan_engine_core(model_dir, tmp_path):
-    m = compose().model
-    args = {"path": str(model_dir), "served": m.served_name, "engine_args": dict(m.engine_args), "env": dict(m.env),
+    m = compose([f"model.path={model_dir}"]).model
+    engine_args, env = engine_settings(m)       # what a replica of it runs with on this machine
+    args = {"path": str(model_dir), "served": m.served_name, "engine_args": engine_args, "env": env,
             "log": str(tmp_path / "server.log")}
     parent = subprocess.Popen([sys.executable, "-c", PARENT.format(repo=str(REPO)), json.dumps(args)],
                               stdout=subprocess.PIPE, text=True)

@@ -13,7 +13,7 @@ import pytest
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
-from engine.hosting.vllm_server import VLLMServer
+from engine.hosting.vllm_server import VLLMServer, engine_settings
 from engine.llm import Endpoint, SamplingParams
 from engine.hosting.replica import replica_log_name
 from engine.storage import EpisodeStore
@@ -92,8 +92,9 @@ def test_the_report_of_a_real_run_shows_what_the_model_saw_and_wrote(real_run, t
 
 @pytest.fixture(scope="module")
 def vllm_server(model_dir):
-    cfg = compose().model
-    server = VLLMServer(str(model_dir), cfg.served_name, engine_args=cfg.engine_args, env=cfg.env,
+    cfg = compose([f"model.path={model_dir}"]).model
+    args, env = engine_settings(cfg)            # what a replica of it runs with on this machine
+    server = VLLMServer(str(model_dir), cfg.served_name, engine_args=args, env=env,
                         host="127.0.0.1")
     server.start()
     try:

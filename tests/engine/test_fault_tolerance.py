@@ -101,6 +101,74 @@ def test_a_call_waits_for_a_restarted_server():
         asyncio.run(go0())
 
 
+def call(r: Router, client: Any) -> Any:
+    """One chat call of ``client`` (an EpisodeClient of ``r``), the router closed after it."""
+    async def go():
+        try:
+            return await client.chat(MSG, 8)
+        finally:
+            await r.close()
+    return asyncio.run(go())
+
+
+def test_a_restart_its_pool_decided_on_spends_none_of_the_episodes_retries():
+    """The pool takes its only replica out of rotation and restarts it twice while an episode's call
+    waits (the port refuses meanwhile): the call waits for the replica to come back into rotation
+    and succeeds, though the episode may not spend a single retry (issue 29: 16 of 22 episodes
+    failed 'after 3 attempts' against a closed port while their replica restarted)."""
+    first = FakeOpenAI(lambda m, q: "old")
+    port = first.server.server_address[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    first.server.server_close()
+    r = Router([Endpoint(url, "m", in_rotation=False, state="restarting: wedged (stall restart 1 of 3)")],
+               SamplingParams(max_retries=0, timeout_s=5), reroute_wait_s=60, recheck_s=0.2,
+               max_retries_per_episode=0)
+    servers: list[FakeOpenAI] = []
+
+    def pool():
+        for n in range(2):                   # back in rotation, refusing again (restarted again), then serving
+            time.sleep(0.8)
+            r.update([Endpoint(url, "m", in_rotation=True)])
+            time.sleep(0.8)
+            r.update([Endpoint(url, "m", in_rotation=False, state=f"restarting: wedged (stall restart {n + 2} of 3)")])
+        time.sleep(0.8)
+        srv = FakeOpenAI(lambda m, q: "after two restarts", port=port)
+        srv.__enter__()
+        servers.append(srv)
+        r.update([Endpoint(url, "m", in_rotation=True)])
+
+    t = threading.Thread(target=pool)
+    t.start()
+    client = r.client_for("e")
+    try:
+        assert call(r, client).text == "after two restarts"
+    finally:
+        t.join()
+        for srv in servers:
+            srv.__exit__(None, None, None)
+    assert client.retries.used == 0 and client.calls[-1].error == ""
+
+
+def test_a_wait_for_a_replica_is_bounded_and_names_the_pools_cause():
+    from engine.llm import ReplicaUnavailable
+    from engine.outcomes import error_kind
+
+    dead = FakeOpenAI(lambda m, q: "never")
+    url = dead.base_url
+    dead.server.server_close()
+    r = Router([Endpoint(url, "m", in_rotation=False, state="restarting: wedged (stall restart 2 of 3)")],
+               SamplingParams(max_retries=2, timeout_s=5), reroute_wait_s=1.0, recheck_s=0.2,
+               max_retries_per_episode=5)
+    client = r.client_for("e")
+    t0 = time.monotonic()
+    with pytest.raises(ReplicaUnavailable) as e:
+        call(r, client)
+    assert time.monotonic() - t0 < 10 and client.retries.used == 0
+    assert "model.replica_wait_s" in str(e.value)
+    assert error_kind({"status": "error", "error": f"ReplicaUnavailable: {e.value}"}) == \
+        "ReplicaUnavailable: replica restarting: wedged (stall restart 2 of 3)"
+
+
 class Hold:
     """A responder that can hold every model call: while a worker restarts, the live worker
     cannot drain the queue, so whether the restarted worker takes episodes again does not

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from engine.hosting import vllm_server
-from engine.hosting.liveness import DOWN, OK, SATURATED, WEDGED, EngineSample, Liveness, parse_metrics
+from engine.hosting.liveness import (DOWN, OK, SATURATED, WEDGED, EngineSample, Liveness, gpus_busy,
+                                     parse_gpu_utilization, parse_metrics)
 from engine.hosting.replica import ModelPool
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint, Router, SamplingParams
@@ -97,9 +98,11 @@ def test_verdicts_tell_saturated_from_wedged():
     assert lv.observe(True, True, sample(0, 2, 100)) == OK             # the first sample: nothing to compare
     assert lv.observe(True, True, sample(1, 2, 150)) == OK and lv.tokens_per_s == 50.0
     assert lv.observe(True, False, sample(2, 8, 400)) == SATURATED     # /health late, tokens advancing
-    assert lv.observe(True, True, sample(3, 8, 400)) == WEDGED         # requests in, no token for a period
-    assert lv.observe(True, False, sample(4, 8, 400)) == WEDGED
-    assert lv.observe(True, True, sample(5, 0, 400)) == OK             # idle: no tokens expected
+    # requests in, no token: within 1.5 x the longest step seen (1 s) it may be one engine step
+    assert lv.observe(True, True, sample(3, 8, 400)) == OK and lv.window_s == 1.5
+    assert lv.observe(True, True, sample(4, 8, 400)) == WEDGED         # 2 s: longer than any step it took
+    assert lv.observe(True, False, sample(5, 8, 400)) == WEDGED
+    assert lv.observe(True, True, sample(6, 0, 400)) == OK             # idle: no tokens expected
     assert lv.observe(True, False, None) == DOWN                       # neither /health nor /metrics
     assert lv.observe(False, False, None) == DOWN and lv.prev is None  # the process is gone
     # a wedge whose gauges read 0 (vllm#46811): the canary sent a check ago is still unanswered
@@ -118,6 +121,61 @@ def test_a_long_engine_step_is_not_a_wedge():
     assert [lv.observe(True, True, sample(t, 1, 500)) for t in (3, 6, 9)] == [OK, OK, OK]
     assert lv.observe(True, True, sample(12, 1, 500)) == WEDGED          # 12 s since the stall began
     assert lv.observe(True, True, sample(15, 1, 900)) == OK              # tokens again: over
+
+
+def prompt_sample(t: float, running: float, prompt: float, gen: float = 0.0) -> EngineSample:
+    return EngineSample(t, running, 0.0, prompt, gen)
+
+
+def test_the_window_covers_a_whole_prefill_at_the_measured_prompt_rate():
+    """An AVX2 CPU prefilling bfloat16 at ~20 tok/s: a 1,500-token prompt is one 74 s engine step.
+    The window is judged against the speed the replica showed, not a constant: once it measured
+    20 tok/s, a whole max_num_batched_tokens (8192) prefill may take 410 s, x 1.5."""
+    lv = Liveness(stall_s=60.0, max_batched_tokens=8192)
+    assert lv.window_s == 60.0                                            # nothing measured yet
+    assert lv.observe(True, True, prompt_sample(0, 1, 0)) == OK
+    assert lv.observe(True, True, prompt_sample(15, 1, 0)) == OK
+    assert lv.observe(True, True, prompt_sample(30, 1, 600)) == OK        # 600 prompt tokens in 30 s of work
+    assert lv.prompt_rate == 20.0 and lv.longest_step_s == 30.0
+    assert lv.window_s == 1.5 * 8192 / 20.0
+    verdicts = [lv.observe(True, True, prompt_sample(t, 1, 600)) for t in range(45, 600, 15)]
+    assert set(verdicts) == {OK}                                           # a 9-minute step is legitimate here
+    assert lv.observe(True, True, prompt_sample(30 + 615, 1, 600)) == WEDGED
+
+
+def test_a_step_three_windows_long_is_not_a_wedge_while_the_engine_computes_or_the_canary_answers():
+    """Counters standing still for 3 x stall_timeout_s: the engine's processes using CPU, or the
+    canary answering, is progress (on a CPU a long prefill counts no token until it ends)."""
+    for signal in ({"cpu_s": None}, {"canary_done": True}):
+        lv = Liveness(stall_s=10.0)
+        cpu = 0.0
+        verdicts = []
+        for t in range(0, 31, 3):
+            cpu += 3.0 * 0.9                    # 0.9 of a core
+            kw = {"cpu_s": cpu} if "cpu_s" in signal else {"canary_done": True}
+            verdicts.append(lv.observe(True, True, sample(t, 1, 500), **kw))
+        assert set(verdicts) == {OK}, (signal, verdicts)
+    # an idle process (a hang that waits on nothing) is no progress: wedged after the window
+    lv = Liveness(stall_s=10.0)
+    verdicts = [lv.observe(True, True, sample(t, 1, 500), cpu_s=0.01 * t) for t in range(0, 31, 3)]
+    assert verdicts[-1] == WEDGED and verdicts.index(WEDGED) == 4          # t = 12: 12 s >= 10 s
+
+
+def test_a_restart_for_a_stall_doubles_the_window_and_keeps_what_was_measured():
+    lv = Liveness(stall_s=10.0, max_batched_tokens=100)
+    lv.observe(True, True, prompt_sample(0, 1, 0))
+    lv.observe(True, True, prompt_sample(2, 1, 100))          # 50 prompt tok/s: a 100-token step is 2 s
+    assert lv.window_s == 10.0
+    lv.reset(factor=2.0)
+    assert lv.window_s == 20.0 and lv.prompt_rate == 50.0 and lv.prev is None
+    lv.observe(True, True, sample(100, 1, 0))
+    assert lv.observe(True, True, sample(118, 1, 0)) == OK
+    assert lv.observe(True, True, sample(121, 1, 0)) == WEDGED
+
+
+def test_gpu_utilization_is_read_from_nvidia_smi_text():
+    assert parse_gpu_utilization("0\n87 %\n\n") == [0.0, 87.0]
+    assert gpus_busy("") is None                                # no GPU named: nothing to ask
 
 
 # -- the router -----------------------------------------------------------------------------
