@@ -65,6 +65,8 @@ def why_not_here(lang: str, cmd: str, shared: bool) -> str | None:
         sub = next((w for w in words[1:] if not w.startswith("-")), "")
         if sub in MODEL_COMMANDS and "agent=newsagent_rule_based" not in words and not {"-h", "--help"} & set(words):
             return "needs a model"
+        if sub == "doctor" and "--no-probe" not in words:
+            return "needs a model (its probe starts vLLM: tests/hosting/test_machine.py runs it)"
         if any(w.startswith("../shared/") for w in words) and not shared:
             return "../shared is not here"
         return None
