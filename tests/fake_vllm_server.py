@@ -25,8 +25,9 @@ Failure modes a replica's lifecycle must handle (flags or environment):
   once with code 3 (one replica of a pool that fails to start; its restart finds PATH and serves).
 * ``--fake-busy`` / ``$FAKE_VLLM_BUSY=1``: the completion delay (``--fake-delay-s``) computes
   instead of sleeping (one long engine step on a CPU: counters still, the process busy);
-* ``--fake-canary hang`` / ``$FAKE_VLLM_CANARY=hang``: the liveness canary is never answered (as
-  when it waits behind a long step), so the canary shows no progress.
+* ``--fake-canary behind`` / ``$FAKE_VLLM_CANARY=behind``: the liveness canary waits until no
+  completion is in its delay (as behind a long step in one engine), so during a step only the
+  process's CPU shows progress.
 * With ``$VLLM_API_KEY`` set (every hosted replica: a key per model pool), ``/v1`` routes answer
   401 without ``Authorization: Bearer <key>``, as vLLM does; ``/health`` and ``/info`` are open.
 
@@ -65,7 +66,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fake-wedge-after", type=int, default=int(os.environ.get("FAKE_VLLM_WEDGE_AFTER", "-1") or -1))
     p.add_argument("--fake-fail-once", default=os.environ.get("FAKE_VLLM_FAIL_ONCE", ""))
     p.add_argument("--fake-busy", action="store_true", default=os.environ.get("FAKE_VLLM_BUSY") == "1")
-    p.add_argument("--fake-canary", choices=("answer", "hang"), default=os.environ.get("FAKE_VLLM_CANARY") or "answer")
+    p.add_argument("--fake-canary", choices=("answer", "behind"), default=os.environ.get("FAKE_VLLM_CANARY") or "answer")
     p.add_argument("--fake-health-delay-s", type=float,
                    default=float(os.environ.get("FAKE_VLLM_HEALTH_DELAY_S", "0") or 0))
     args, _unknown = p.parse_known_args(list(argv))     # vLLM's engine args: accepted, ignored
@@ -85,7 +86,7 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPSe
     respond = load_responder(args.fake_responder, args.fake_reply)
     lock = threading.Lock()
     # engine progress, as vLLM's /metrics shows it
-    stats = {"running": 0, "prompt_tokens": 0, "generation_tokens": 0, "completions": 0}
+    stats = {"running": 0, "prompt_tokens": 0, "generation_tokens": 0, "completions": 0, "steps": 0}
     wedged = threading.Event()
     argv = list(sys.argv)
     api_key = os.environ.get("VLLM_API_KEY", "")       # as vLLM: /v1 routes need it, /health does not
@@ -165,8 +166,12 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPSe
                     wedged.set()
             if wedged.is_set():
                 threading.Event().wait()            # never answers; /health still does
-            if self.headers.get("X-Dateline-Canary") and args.fake_canary == "hang":
-                threading.Event().wait()            # the canary waits behind the long step, forever here
+            if self.headers.get("X-Dateline-Canary") and args.fake_canary == "behind":
+                while True:                         # the canary waits behind the long steps, as in one engine
+                    with lock:
+                        if not stats["steps"]:
+                            break
+                    time.sleep(0.05)
             if self.headers.get("X-Dateline-Canary"):   # a replica's liveness probe: no script, no log line
                 with lock:
                     stats["running"] -= 1
@@ -182,12 +187,18 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPSe
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            if args.fake_delay_s and args.fake_busy:      # one long engine step that computes (a CPU prefill)
-                end = time.monotonic() + args.fake_delay_s
-                while time.monotonic() < end:
-                    sum(i * i for i in range(10_000))
-            elif args.fake_delay_s:
-                time.sleep(args.fake_delay_s)
+            with lock:
+                stats["steps"] += 1
+            try:
+                if args.fake_delay_s and args.fake_busy:      # one long engine step that computes (a CPU prefill)
+                    end = time.monotonic() + args.fake_delay_s
+                    while time.monotonic() < end:
+                        sum(i * i for i in range(10_000))
+                elif args.fake_delay_s:
+                    time.sleep(args.fake_delay_s)
+            finally:
+                with lock:
+                    stats["steps"] -= 1
             messages = req.get("messages") or []
             text = respond(messages, req)
             prompt = sum(len(str(m.get("content", "")).split()) for m in messages)

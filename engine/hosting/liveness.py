@@ -222,6 +222,7 @@ class Liveness:
         self.longest_step_s = 0.0
         self.seen: dict[str, bool] = {}             # what showed progress at the last check
         self._cpu: tuple[float, float] | None = None     # (t, engine CPU seconds) at the last check
+        self._cpu_at_stall: tuple[float, float] | None = None     # ... at the check before the stall
 
     def reset(self, factor: float | None = None) -> None:
         """After a restart: the samples and the stall go; what was measured of the engine's speed
@@ -230,7 +231,7 @@ class Liveness:
         self.stall_from = None
         self.busy_since = None
         self.tokens_per_s = 0.0
-        self._cpu = None
+        self._cpu = self._cpu_at_stall = None
         if factor is not None:
             self.factor = factor
 
@@ -263,25 +264,36 @@ class Liveness:
         return True
 
     def _cpu_busy(self, t: float, cpu_s: float | None) -> bool:
+        """The engine computed since the last check, or on average since the stall began (one
+        check's interval can fall where the scheduler left it out on a loaded machine)."""
         prev, self._cpu = self._cpu, (None if cpu_s is None else (t, cpu_s))
         if cpu_s is None or prev is None or t <= prev[0]:
+            self._cpu_at_stall = None
             return False
-        return (cpu_s - prev[1]) / (t - prev[0]) >= CPU_BUSY_CORES
+        if (cpu_s - prev[1]) / (t - prev[0]) >= CPU_BUSY_CORES:
+            return True
+        if self.stall_from is None:
+            self._cpu_at_stall = prev
+            return False
+        at = self._cpu_at_stall
+        return at is not None and t > at[0] and (cpu_s - at[1]) / (t - at[0]) >= CPU_BUSY_CORES
 
     def observe(self, alive: bool, healthy: bool, sample: EngineSample | None, canary_overdue: bool = False,
-                canary_done: bool = False, cpu_s: float | None = None, gpu_busy: bool | None = None) -> str:
+                canary_done: bool = False, cpu_s: float | None = None, gpu_busy: bool | None = None,
+                t: float | None = None) -> str:
         """The verdict of one check: the server process lives (``alive``), ``/health`` answered
         200 in time (``healthy``), what ``/metrics`` said (None: no answer), whether the one-token
         canary sent at an earlier check is still unanswered (``canary_overdue``: work pending for
         a whole period even where the engine's gauges read 0, as in a wedge where vLLM showed no
         running request, vllm#46811) or one was answered since the last check (``canary_done``),
         the CPU seconds the server's processes have used so far (``cpu_s``), and whether its GPUs
-        are busy (``gpu_busy``; None where that cannot be read)."""
+        are busy (``gpu_busy``; None where that cannot be read). ``t``: when, where ``/metrics``
+        gave no sample (default: now)."""
         prev, self.prev = self.prev, sample
         if not alive:
             self.reset()
             return DOWN
-        now = sample.t if sample is not None else time.monotonic()
+        now = sample.t if sample is not None else (time.monotonic() if t is None else t)
         advancing = prev is not None and sample is not None and self._measure(prev, sample)
         cpu = self._cpu_busy(now, cpu_s)
         self.seen = {"tokens": advancing, "canary": canary_done, "cpu": cpu, "gpu": bool(gpu_busy)}
@@ -300,6 +312,8 @@ class Liveness:
             self.stall_from = None
         if healthy:
             return WEDGED if stalled else OK
-        if advancing:
-            return SATURATED            # late /health, but the engine works: leave it alone
+        if advancing or (progress and sample is not None):
+            # late /health, but the engine works (tokens, or a long step computing, and /metrics
+            # answered): leave it alone. Computing behind a server that answers nothing is down.
+            return SATURATED
         return WEDGED if stalled else DOWN

@@ -3,7 +3,8 @@
 Whole `dateline run` drivers on a hosted model whose replica runs tests/fake_vllm_server.py:
 
 * every engine step takes 3 x ``model.stall_timeout_s`` with the token counters standing still,
-  while the canary answers or the server's process computes: never restarted, every episode ok;
+  while the canary answers, or while the server's process computes and the canary waits behind
+  the step: never restarted, every episode ok;
 * the engine truly hangs (no token, no canary, no CPU): restarted with a doubling window, and after
   ``model.max_stall_restarts`` the model is declared failing: its episodes are left not run, the
   run exits non-zero with the diagnosis in one line, and the events are in the run dir.
@@ -50,7 +51,7 @@ def last_info(run_dir: Path) -> dict:
 def test_steps_of_three_stall_windows_are_never_restarted_while_the_engine_shows_progress(tmp_path, signal):
     env = {"FAKE_VLLM_DELAY_S": f"{3 * STALL_S:g}"}
     if signal == "cpu":            # the canary waits behind the step; the process computes
-        env |= {"FAKE_VLLM_BUSY": "1", "FAKE_VLLM_CANARY": "hang"}
+        env |= {"FAKE_VLLM_BUSY": "1", "FAKE_VLLM_CANARY": "behind"}
     p = run(tmp_path, env)
     assert p.returncode == 0, p.stderr[-4000:]
     info = last_info(tmp_path / "run")

@@ -155,6 +155,13 @@ def test_a_step_three_windows_long_is_not_a_wedge_while_the_engine_computes_or_t
             kw = {"cpu_s": cpu} if "cpu_s" in signal else {"canary_done": True}
             verdicts.append(lv.observe(True, True, sample(t, 1, 500), **kw))
         assert set(verdicts) == {OK}, (signal, verdicts)
+    # a late /health during such a step is a busy server, not a down one (a down verdict restarts
+    # it after model.unhealthy_checks), while /metrics answers; computing behind a server that
+    # answers nothing is down
+    lv = Liveness(stall_s=10.0)
+    assert lv.observe(True, True, sample(0, 1, 500), cpu_s=0.0) == OK
+    assert lv.observe(True, False, sample(3, 1, 500), cpu_s=2.7) == SATURATED
+    assert lv.observe(True, False, None, cpu_s=5.4, t=6) == DOWN and lv.seen["cpu"]
     # an idle process (a hang that waits on nothing) is no progress: wedged after the window
     lv = Liveness(stall_s=10.0)
     verdicts = [lv.observe(True, True, sample(t, 1, 500), cpu_s=0.01 * t) for t in range(0, 31, 3)]
