@@ -34,7 +34,7 @@ def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
 def test_a_real_run_on_cores_shared_with_two_busy_loops_finishes_with_nothing_failed(tmp_path):
     loops = busy_loops(2)
     try:
-        out = run_module("ray_jobs.run", "agent=newsagent", "benchmark.limit=2", "agent.max_operations=3",
+        out = run_module("ray_jobs.run", "agent=newsagent", "benchmark.limit=1", "agent.max_operations=2",
                          "agent.rephrase_attempts=1", f"run.dir={tmp_path}", "run.progress=true", timeout=1700)
     finally:
         for p in loops:
@@ -42,7 +42,7 @@ def test_a_real_run_on_cores_shared_with_two_busy_loops_finishes_with_nothing_fa
             p.wait()
     assert out.returncode == 0, out.stderr[-4000:]
     eps = EpisodeStore(tmp_path, BENCHMARK.episode_fields).episodes().to_pylist()
-    assert len(eps) == 2 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
+    assert len(eps) == 1 and all(e["status"] == "ok" for e in eps), [e["error"] for e in eps]
     info = json.loads(sorted(tmp_path.glob("run-*.json"))[-1].read_text())
     assert info["replica_restarts"] == 0, info.get("failures")
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("episodes ")]
