@@ -341,7 +341,7 @@ def _verdict_line(h: dict[str, Any]) -> str:
     if h.get("verdict") == WEDGED:
         return (f"wedged ({h.get('running') or 0:g} running, {h.get('waiting') or 0:g} waiting"
                 f"{', canary unanswered' if h.get('canary_overdue') else ''}; no token, no canary answer, no engine "
-                f"CPU{' or GPU' if 'gpu' in h.get('progress', {}) else ''} for {float(h.get('stalled_for_s') or 0):.0f} s, "
+                f"CPU or GPU activity for {float(h.get('stalled_for_s') or 0):.0f} s, "
                 f"window {float(h.get('window_s') or 0):.0f} s)")
     if not h.get("alive"):
         return "down (its server process or actor is gone)"
@@ -373,7 +373,6 @@ class ModelPool:
         self.last_health: dict[int, dict[str, Any]] = {}
         self.restarts = 0
         self._stall_restarts: dict[int, int] = {}   # restarts for a stall in a row (no token since)
-        self._pending_restart: list[tuple[int, float | None]] = []   # decided, sent after the push
         self.restart_causes: dict[str, int] = {}    # "wedged" / "down" / "dead" -> restarts for it
         self.failing = ""                           # the diagnosis once no replica can serve
         # what happened to the replicas (starts, verdicts with the metrics behind them, restarts,
@@ -556,6 +555,7 @@ class ModelPool:
         t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s)
         changed = False
         asked: dict[int, Any] = {}
+        restart: list[tuple[int, float | None]] = []     # decided here, sent after the push
         for i, r in enumerate(self.replicas):
             if i in self._restarting:
                 ready, _ = ray.wait([self._restarting[i]], timeout=0)
@@ -624,16 +624,15 @@ class ModelPool:
                                                   f"{self.cfg.max_stall_restarts})" if wedged else "")
                 changed |= self._set_endpoint(i, "", False, why)
                 self._event(i, "restart", cause=cause, window_factor=factor, **_verdict_record(h))
-                self._pending_restart.append((i, factor))
+                restart.append((i, factor))
             else:
                 changed |= self._set_endpoint(i, "", False, _verdict_line(h))
         if changed and push is not None:
             push(list(self.endpoints))
             changed = False
-        for i, factor in self._pending_restart:
+        for i, factor in restart:
             log.warning("restarting replica %d of %s (%s)", i, self.cfg.name, self.endpoints[i].state)
             self._restarting[i] = self.replicas[i].restart.remote(factor)
-        self._pending_restart = []
         return changed
 
     def _give_up(self, i: int, why: str) -> None:
