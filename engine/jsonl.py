@@ -18,14 +18,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from engine.errors import BadDataError, DataError
-from engine.quarantine import Quarantine, reject
+from engine.quarantine import Quarantine, has_surrogate, reject
 
 # A line longer than this is not parsed (one would be read whole into memory to parse it).
 MAX_LINE_BYTES = 64 * 1024 * 1024
 # Default limit of one text field (characters); loaders document their own.
 MAX_TEXT_CHARS = 5_000_000
-# Dates outside [MIN_YEAR, MAX_YEAR] are typos (0202, 2202), not news.
-MIN_YEAR, MAX_YEAR = 1800, 2199
+# A date before MIN_YEAR is a typo (0202), not news; so is one more than MAX_AHEAD after today
+# (2150): news and its evidence are not dated in the future, and a release date far ahead would
+# let every object of a corpus count as evidence from "before" it. Relative to today, so data
+# that loads today loads tomorrow too.
+MIN_YEAR = 1800
+MAX_AHEAD = dt.timedelta(days=366)
 # Ids and names become parts of keys, file names and URLs: at most this long, no path syntax.
 MAX_ID_CHARS = 200
 
@@ -166,10 +170,12 @@ def field_str(path: Path, row: int | None, obj: dict[str, Any], key: str, *, req
 
 def check_id(path: Path, row: int | None, name: str, value: str) -> str:
     """``value`` unless it is unsafe as a name: path separators, ``.``/``..``, NUL or control
-    characters, surrounding blanks, over :data:`MAX_ID_CHARS` characters."""
+    characters, a lone surrogate (a JSON ``\\udcff``: no file name, key or stored row can hold
+    it as itself), surrounding blanks, over :data:`MAX_ID_CHARS` characters."""
     why = ("contains a path separator" if "/" in value or "\\" in value else
            "is a relative path component" if value in (".", "..") else
            "contains NUL or a control character" if any(ord(c) < 32 or ord(c) == 127 for c in value) else
+           "contains a lone surrogate (not UTF-8 text)" if has_surrogate(value) else
            "has leading or trailing blanks" if value != value.strip() else
            f"is longer than {MAX_ID_CHARS} characters" if len(value) > MAX_ID_CHARS else "")
     if why:
@@ -183,8 +189,8 @@ def field_id(path: Path, row: int | None, obj: dict[str, Any], key: str, *, name
 
 
 def field_date(path: Path, row: int | None, name: str, raw: Any) -> dt.date:
-    """A date written ``YYYY-MM-DD`` or ``YYYY/MM/DD``, optionally followed by a time; a year in
-    [:data:`MIN_YEAR`, :data:`MAX_YEAR`]. A missing (None) value is a ``missing_field``."""
+    """A date written ``YYYY-MM-DD`` or ``YYYY/MM/DD``, optionally followed by a time, from year
+    :data:`MIN_YEAR` to :data:`MAX_AHEAD` after today. A missing (None) value is a ``missing_field``."""
     if raw is None:
         raise BadDataError("missing_field", path, row, name, "missing")
     if not isinstance(raw, str):
@@ -200,9 +206,12 @@ def field_date(path: Path, row: int | None, name: str, raw: Any) -> dt.date:
         date = dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
     except ValueError as e:
         raise BadDataError("impossible_date", path, row, name, f"no such date {raw!r:.60} ({e})") from None
-    if not MIN_YEAR <= date.year <= MAX_YEAR:
+    if date.year < MIN_YEAR:
+        raise BadDataError("date_out_of_range", path, row, name, f"year {date.year} is before {MIN_YEAR}: {raw!r:.60}")
+    latest = dt.date.today() + MAX_AHEAD
+    if date > latest:
         raise BadDataError("date_out_of_range", path, row, name,
-                           f"year {date.year} is outside {MIN_YEAR}-{MAX_YEAR}: {raw!r:.60}")
+                           f"{date} is more than a year from today (latest {latest}): {raw!r:.60}")
     return date
 
 

@@ -17,6 +17,10 @@ Nothing is dropped silently: each load logs how many rows it skipped, by kind, a
 (:func:`collecting`) and writes them to ``RUN_DIR/quarantine/part-<id>.parquet``
 (:func:`write_quarantine`): file, row, field, kind, reason and the first 200 characters of the
 raw row. ``docs/design/data.md`` lists the kinds per loader.
+
+The run's store writer sets rows aside here too (:data:`WRITER_KINDS`, ``engine/storage.py``):
+a row Arrow cannot encode even after its text is escaped. Such a row also names its
+``episode_id`` and keeps its whole ``content`` (JSON, ASCII-escaped: nothing is lost).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -62,7 +67,7 @@ KINDS: dict[str, str] = {
     "bad_date": "a date not written YYYY-MM-DD (or YYYY/MM/DD)",
     "partial_date": "a year or year-month where a full date is required",
     "impossible_date": "a date that does not exist (2023-02-30)",
-    "date_out_of_range": "a year outside the plausible range (a typo such as 0202)",
+    "date_out_of_range": "a date before 1800 (a typo such as 0202) or more than a year from today (2150)",
     "after_cutoff": "evidence dated on or after the task's release date (it would leak the future)",
     "duplicate_id": "an id (or labelled pair) seen before",
     "unknown_reference": "a reference to an object, task, system or template that does not exist",
@@ -77,6 +82,11 @@ KINDS: dict[str, str] = {
     "malformed_value": "a string not in its required format (a checklist criterion's scoring lines)",
 }
 
+# The kinds of rows a run's store writer sets aside (``engine.storage``), not a loader's.
+WRITER_KINDS: dict[str, str] = {
+    "unencodable_row": "a result row Arrow cannot store even with its text escaped (a value of the wrong type)",
+}
+
 _FIELDS: list[pa.Field[Any]] = [
     pa.field("file", pa.string()),
     pa.field("row", pa.int64()),          # 1-based line or record; null for a whole-file problem
@@ -84,6 +94,9 @@ _FIELDS: list[pa.Field[Any]] = [
     pa.field("kind", pa.string()),        # one of KINDS ("other" for a DataError without a kind)
     pa.field("reason", pa.string()),
     pa.field("raw", pa.string()),         # the start of the raw row (RAW_CHARS characters)
+    # rows a store writer set aside (WRITER_KINDS; null for a loader's): whose, and the whole row
+    pa.field("episode_id", pa.string()),
+    pa.field("content", pa.string()),     # JSON, ASCII-escaped (lone surrogates kept as \udcff)
 ]
 SCHEMA = pa.schema(_FIELDS)
 
@@ -96,6 +109,28 @@ class BadRow:
     kind: str
     reason: str
     raw: str
+    episode_id: str | None = None
+    content: str | None = None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(s: str) -> bool:
+    """Whether ``s`` holds a lone surrogate: text no UTF-8 file (nor Arrow) can hold."""
+    return _SURROGATE.search(s) is not None
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
+
+
+def escape_text(s: str) -> str:
+    """``s`` with each lone surrogate written out: a byte that surrogateescape decoding kept
+    (U+DC80..U+DCFF: a file name that is not UTF-8, as ``os.listdir`` gives it) as ``\\xNN``, so
+    'chart\\udcff.png' reads ``chart\\xff.png`` like the name's bytes; any other as ``\\uNNNN``."""
+    return _SURROGATE.sub(_escape_one, s)
 
 
 def excerpt(raw: Any) -> str:
@@ -178,7 +213,9 @@ def reject(bad: Quarantine | None, err: DataError, raw: Any = None) -> None:
 
 
 def quarantine_table(rows: Sequence[BadRow]) -> pa.Table:
-    return pa.Table.from_pylist([asdict(r) for r in rows], schema=SCHEMA)
+    # a path or row may hold a name that is not UTF-8: stored escaped, never the table's end
+    return pa.Table.from_pylist([{k: escape_text(v) if isinstance(v, str) else v for k, v in asdict(r).items()}
+                                 for r in rows], schema=SCHEMA)
 
 
 def _part_name(rows: Sequence[BadRow]) -> str:
@@ -203,6 +240,14 @@ def write_quarantine(store: _ShardedDir, rows: Sequence[BadRow]) -> Path | str |
 def read_quarantine(store: _ShardedDir) -> pa.Table:
     """Every quarantined row of a store (all parts)."""
     return store._read("quarantine", SCHEMA)
+
+
+def set_aside_episodes(store: _ShardedDir) -> dict[str, str]:
+    """``{episode_id: reason}`` of the episodes rows the store writer set aside: episodes that
+    ran but whose result is nowhere else in the run dir (a re-run that stores one runs it again)."""
+    t = read_quarantine(store).select(["file", "kind", "episode_id", "reason"]).to_pylist()
+    return {r["episode_id"]: r["reason"] for r in t if r["kind"] in WRITER_KINDS and r["episode_id"]
+            and str(r["file"]).rsplit("/", 1)[-1] == "episodes"}
 
 
 def write_quarantine_file(path: Path, rows: Sequence[BadRow]) -> Path | None:

@@ -25,6 +25,20 @@ A flush writes the steps shard first, then the episodes shard; both carry the fl
 best row (status ok over error, then newest) and only the steps of that row's batch, so a kill
 between the two renames, or a re-run of a failed episode, never shows lost or duplicated rows.
 
+A flush never dies of one row's text. Python text may hold what no UTF-8 file can: a lone
+surrogate, e.g. a non-UTF-8 file name (b'chart\\xff.png') as ``os.listdir`` decodes it
+(surrogateescape: 'chart\\udcff.png') in an episode's output or a step's result; Arrow refuses
+it, and one such string used to fail the whole flush, and every re-run. So when a table of a
+flush cannot be built, each string in its rows (nested values too) has its lone surrogates
+escaped (``engine.quarantine.escape_text``: ``\\xff`` for a surrogate-escaped byte, ``\\ud800``
+for any other) and the row is stored so, with a warning naming the episode and field. A row
+that still cannot be encoded (a value of the wrong type) is set aside, not written:
+``RUN_DIR/quarantine`` keeps it whole (``engine.quarantine``, kind ``unencodable_row``: table,
+episode id, field, the error, the row as ASCII-escaped JSON), a warning names it, the rest of
+the flush lands, and the run summary (and ``dateline show``) counts the episode among those
+without a result. An episode whose row was set aside does not exist in the store (its steps and
+calls are never read), so the same command runs it again.
+
 RUN_DIR is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``); all
 I/O goes through ``store.fs``. Reads are ``pyarrow.dataset`` scans with column projection and
 filter pushdown, deduplicated with Arrow compute (``docs/design/resume.md``).
@@ -34,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -54,6 +69,9 @@ import pyarrow.parquet as pq
 
 from engine.errors import CorruptShard
 from engine.protocol import MetricRow, StepRecord
+from engine.quarantine import BadRow, escape_text, excerpt, has_surrogate, write_quarantine
+
+log = logging.getLogger("dateline.storage")
 
 EPISODE_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
@@ -233,6 +251,41 @@ def _batch_id() -> str:
 _BATCH_SHARD = re.compile(r"part-(\d{20}-[0-9a-f]{8})\.parquet")
 
 
+# -- rows Arrow cannot encode (the module docstring) -------------------------------------------
+# what converting a value to Arrow raises when it cannot (UnicodeEncodeError and ArrowInvalid are
+# ValueErrors, ArrowTypeError a TypeError)
+_ENCODE_ERRORS = (ValueError, TypeError, OverflowError, pa.ArrowNotImplementedError)
+
+
+def _escaped(v: Any) -> Any:
+    """``v`` with :func:`escape_text` applied to every string in it (in lists, tuples and dicts,
+    keys too); ``v`` itself when nothing changed."""
+    if isinstance(v, str):
+        return escape_text(v) if has_surrogate(v) else v
+    if isinstance(v, (list, tuple)):
+        items = [_escaped(x) for x in v]
+        return v if all(a is b for a, b in zip(items, v)) else items
+    if isinstance(v, dict):
+        pairs = [(_escaped(k), _escaped(x)) for k, x in v.items()]
+        return v if all(a is k and b is x for (a, b), (k, x) in zip(pairs, v.items())) else dict(pairs)
+    return v
+
+
+def _row_id(row: dict[str, Any]) -> str:
+    for key in ("episode_id", "comparison_id", "message_id"):
+        if row.get(key) is not None:
+            return f"{key.removesuffix('_id')} {escape_text(str(row[key]))}"
+    return "a row"
+
+
+@dataclass(frozen=True)
+class Flush:
+    """What :meth:`EpisodeStore.write_batch` stored: its batch id, and the episodes whose row was
+    set aside (``RUN_DIR/quarantine``): they do not exist in the store."""
+    batch_id: str
+    set_aside: frozenset[str] = frozenset()
+
+
 # -- where a store lives ---------------------------------------------------------------------
 def is_uri(root: str | Path) -> bool:
     """True for a filesystem URI (``s3://bucket/prefix``, ``gs://…``, ``file:///…``)."""
@@ -259,18 +312,46 @@ def is_run_dir(root: str | Path, table: str = "episodes", filesystem: pafs.FileS
 
 
 def upload_tree(local: Path, uri: str) -> int:
-    """Copy the files under ``local`` to ``uri`` (a remote folder, its options in the query:
-    ``s3://b/run/artifacts/e1?endpoint_override=...``), keeping relative paths; returns how many.
-    A run dir on an object store keeps what episodes leave on a worker's disk this way (the node
-    may be gone when someone looks)."""
-    if not local.is_dir():
+    """Copy the regular files under ``local`` to ``uri`` (a remote folder, its options in the
+    query: ``s3://b/run/artifacts/e1?endpoint_override=...``), keeping relative paths; returns how
+    many. A run dir on an object store keeps what episodes leave on a worker's disk this way (the
+    node may be gone when someone looks). The folder may have been written by model code: it is
+    walked and read through descriptors (``engine/fdtree.py``): a link, FIFO or a file swapped for
+    a link after it was listed is skipped, never followed; names that are not UTF-8 are uploaded
+    under their escaped form (``chart\\xff.png``), and any depth of folders costs no recursion."""
+    from engine import fdtree
+
+    try:
+        top = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return 0
     fs, base = open_root(uri)
-    n = 0
-    for f in sorted(p for p in local.rglob("*") if p.is_file() and not p.is_symlink()):
-        with fs.open_output_stream(f"{base}/{f.relative_to(local).as_posix()}") as out:
-            out.write(f.read_bytes())
-        n += 1
+    n = skipped = 0
+    try:
+        for e in fdtree.walk(top):
+            if not e.is_file:
+                skipped += not e.is_dir
+                continue
+            fd = fdtree.open_file(e)
+            if fd is None:
+                skipped += 1
+                continue
+            key = f"{base}/{fdtree.show(e.rel)}"
+            if len(key.partition("/")[2].encode()) > 1024:      # an S3 key (after the bucket) ends at 1,024 bytes
+                os.close(fd)
+                skipped += 1
+                continue
+            if isinstance(fs, pafs.LocalFileSystem):        # an object store has no folders to make
+                fs.create_dir(key.rpartition("/")[0], recursive=True)
+            with os.fdopen(fd, "rb") as f, fs.open_output_stream(key) as out:
+                while chunk := f.read(1 << 20):
+                    out.write(chunk)
+            n += 1
+    finally:
+        os.close(top)
+    if skipped:
+        log.warning("artifacts %s: %d entries not uploaded: not regular files (links, FIFOs, or swapped since "
+                    "they were listed), or paths too long for an object key", local, skipped)
     return n
 
 
@@ -460,6 +541,61 @@ class _ShardedDir:
         self._publish(staged, final)
         return Path(final)
 
+    def _table(self, sub: str, rows: Sequence[dict[str, Any]], schema: pa.Schema) -> tuple[pa.Table, list[BadRow]]:
+        """``rows`` as a ``schema`` table, whatever text they hold (the module docstring): when
+        Arrow refuses them, lone surrogates are escaped; rows that still fail are left out and
+        written to ``quarantine/`` (returned too), each with a warning."""
+        try:
+            return pa.Table.from_pylist(list(rows), schema=schema), []
+        except _ENCODE_ERRORS:
+            pass
+        fixed = []
+        escaped: list[str] = []
+        for r in rows:
+            e = {k: _escaped(v) for k, v in r.items()}
+            changed = [k for k in r if e[k] is not r[k]]
+            if changed:
+                escaped.append(f"{_row_id(r)} field {', '.join(changed)}")
+            fixed.append(e)
+        if escaped:
+            log.warning("%s/%s: %d row(s) hold text that is not UTF-8 (a lone surrogate, e.g. a file name that is "
+                        "not UTF-8), stored escaped (\\xNN): %s%s", self.uri, sub, len(escaped),
+                        "; ".join(escaped[:5]), f" and {len(escaped) - 5} more" if len(escaped) > 5 else "")
+        try:
+            return pa.Table.from_pylist(fixed, schema=schema), []
+        except _ENCODE_ERRORS:
+            pass
+        kept, bad = [], []
+        for r, e in zip(rows, fixed):
+            try:
+                pa.Table.from_pylist([e], schema=schema)
+            except _ENCODE_ERRORS as err:
+                bad.append(self._set_aside(sub, r, e, schema, err))
+                continue
+            kept.append(e)
+        write_quarantine(self, bad)
+        return pa.Table.from_pylist(kept, schema=schema), bad
+
+    def _set_aside(self, sub: str, raw: dict[str, Any], row: dict[str, Any], schema: pa.Schema,
+                   err: BaseException) -> BadRow:
+        """The quarantine row of a ``sub`` row Arrow cannot encode (``row``: ``raw`` escaped),
+        naming the first field it refuses; warns."""
+        field = None
+        for f in schema:
+            try:
+                pa.array([row.get(f.name)], type=f.type)
+            except _ENCODE_ERRORS:
+                field = f.name
+                break
+        why = escape_text(f"{type(err).__name__}: {err}")
+        content = json.dumps(raw, default=str)       # ASCII: lone surrogates stay as \udcff escapes
+        eid = raw.get("episode_id")
+        log.warning("%s/%s: the row of %s cannot be stored (field %s: %s); set aside in %s/quarantine, the rest of "
+                    "the flush is stored", self.uri, sub, _row_id(raw), field, why, self.uri)
+        return BadRow(f"{self.uri}/{sub}", None, field, "unencodable_row",
+                      f"{sub} row of {_row_id(raw)}: field {field} cannot be stored ({why})", excerpt(content),
+                      None if eid is None else escape_text(str(eid)), content)
+
     def write_text(self, name: str, text: str) -> None:
         """Write ``name`` (relative to the store, e.g. ``metrics/tables.md``) atomically."""
         staged = self._path("_staging", name.replace("/", "-"))
@@ -629,8 +765,9 @@ class _ShardedDir:
             r["batch_id"] = batch_id
         # sorted by configuration in small row groups: a reader of one configuration
         # (engine.outcomes.reduce) skips the other configurations' row groups by their statistics
-        t = pa.Table.from_pylist(rows, schema=JUDGEMENT_SCHEMA).sort_by("config_hash")
-        self._write(t, "judgements", f"part-{batch_id}.parquet", JUDGEMENT_ROW_GROUP)
+        t = self._table("judgements", rows, JUDGEMENT_SCHEMA)[0].sort_by("config_hash")
+        if t.num_rows:
+            self._write(t, "judgements", f"part-{batch_id}.parquet", JUDGEMENT_ROW_GROUP)
         return batch_id
 
     def judgements(self, judge: str | None = None) -> dict[str, dict[str, str | None]]:
@@ -769,26 +906,28 @@ class EpisodeStore(_ShardedDir):
         self.schema = episode_schema(extra_fields)
 
     def write_batch(self, episodes: list[dict[str, Any]], steps: list[dict[str, Any]],
-                    calls: Sequence[dict[str, Any]] = (), messages: Iterable[dict[str, Any]] = ()) -> str:
+                    calls: Sequence[dict[str, Any]] = (), messages: Iterable[dict[str, Any]] = ()) -> Flush:
         """Write finished episodes, their steps and transcripts (``calls``, ``messages``) as one
-        flush, transcripts and steps first (an episode exists once its row does); returns the
-        batch id."""
+        flush, transcripts and steps first (an episode exists once its row does). Text Arrow
+        refuses is escaped, and a row it still cannot encode is set aside (the module docstring):
+        the returned :class:`Flush` names the episodes whose row was."""
         if not episodes:
-            return ""
+            return Flush("")
         batch_id = _batch_id()
         name = f"part-{batch_id}.parquet"
         for r in episodes:
             r["batch_id"] = batch_id
         for s in steps:
             s["batch_id"] = batch_id
+        eps, bad = self._table("episodes", episodes, self.schema)      # encoded before anything is written
         # transcripts and steps first (on an object store at once: one round trip each, from the
         # pool), then the episodes that make the batch exist
         self._map(lambda f: f(), [lambda: self._write_transcripts(batch_id, calls, messages),
-                                  lambda: self._write(pa.Table.from_pylist(steps, schema=STEP_SCHEMA), "steps", name)])
+                                  lambda: self._write(self._table("steps", steps, STEP_SCHEMA)[0], "steps", name)])
         # sorted by configuration in small row groups, as judgements (a shard holds every point of its run dir)
-        self._write(pa.Table.from_pylist(episodes, schema=self.schema).sort_by("config_hash"), "episodes", name,
-                    EPISODE_ROW_GROUP)
-        return batch_id
+        if eps.num_rows:
+            self._write(eps.sort_by("config_hash"), "episodes", name, EPISODE_ROW_GROUP)
+        return Flush(batch_id, frozenset(b.episode_id for b in bad if b.episode_id is not None))
 
     def _write_transcripts(self, batch_id: str, calls: Sequence[dict[str, Any]],
                            messages: Iterable[dict[str, Any]]) -> None:
@@ -803,10 +942,10 @@ class EpisodeStore(_ShardedDir):
             if m["message_id"] not in written and m["message_id"] not in new:
                 new[m["message_id"]] = {**m, "batch_id": batch_id}
         if new:
-            self._write(pa.Table.from_pylist(list(new.values()), schema=MESSAGE_SCHEMA), "messages", name)
-            written |= set(new)
-        self._write(pa.Table.from_pylist([{**c, "batch_id": batch_id} for c in calls], schema=CALL_SCHEMA),
-                    "calls", name)
+            t = self._table("messages", list(new.values()), MESSAGE_SCHEMA)[0]
+            self._write(t, "messages", name)
+            written |= set(cast("list[str]", t["message_id"].to_pylist()))     # not those set aside
+        self._write(self._table("calls", [{**c, "batch_id": batch_id} for c in calls], CALL_SCHEMA)[0], "calls", name)
 
     def calls(self, episode_ids: Iterable[str], purpose: str | None = None) -> list[dict[str, Any]]:
         """The model calls of these episodes: an episode's own (of the batch of its stored row) and
@@ -1042,7 +1181,7 @@ class PairwiseStore(_ShardedDir):
             return ""
         batch_id = _batch_id()
         rows = [{**r, "batch_id": batch_id} for r in rows]
-        self._write(pa.Table.from_pylist(rows, schema=COMPARISON_SCHEMA), "comparisons", f"part-{batch_id}.parquet")
+        self._write(self._table("comparisons", rows, COMPARISON_SCHEMA)[0], "comparisons", f"part-{batch_id}.parquet")
         return batch_id
 
     def comparisons(self) -> list[dict[str, Any]]:

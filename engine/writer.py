@@ -30,6 +30,12 @@ original exception in the driver. :meth:`close` writes everything still buffered
 last pass), joins the thread, and raises :class:`~engine.errors.StoreWriteError` naming the run
 dir and how many episodes were not written when that last pass still fails; nothing is lost
 silently (the episodes not written run again on the same command: only stored rows count).
+
+A row's content is not an error of the writer: text no UTF-8 file can hold is stored escaped,
+and a row Arrow still cannot encode is set aside in ``RUN_DIR/quarantine`` by
+``EpisodeStore.write_batch`` (``engine/storage.py``) while the rest of the flush lands. Such an
+episode is not stored: it is not handed to ``on_written`` (its judges) and is counted in
+``stats.set_aside``, not ``stats.episodes``.
 """
 
 from __future__ import annotations
@@ -39,12 +45,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import pyarrow as pa
 
 from engine.errors import StoreWriteError
-from engine.storage import EpisodeStore
+from engine.storage import EpisodeStore, Flush
 
 log = logging.getLogger("dateline.writer")
 
@@ -99,27 +105,31 @@ class WriterStats:
     flushes: int = 0                 # write cycles that wrote something
     shards: int = 0                  # write_batch calls (one per run dir per flush)
     episodes: int = 0
+    set_aside: int = 0               # episodes whose row could not be encoded (RUN_DIR/quarantine)
     judgements: int = 0
     write_s: float = 0.0             # time spent writing (the writer thread)
     max_write_s: float = 0.0         # longest single flush cycle
     waits_s: float = 0.0             # time put() waited for the writer (back pressure)
 
 
-def _write_rows(store: EpisodeStore, rows: _Rows) -> None:
+def _write_rows(store: EpisodeStore, rows: _Rows) -> Flush | None:
     """One sink's flush: episodes with their steps and transcripts (one batch), then judgements
-    (one shard). Episode rows are copied first: write_batch stamps the batch id into them, and the
-    judges may be reading the same dicts."""
+    (one shard); what ``write_batch`` stored. Episode rows are copied first: write_batch stamps the
+    batch id into them, and the judges may be reading the same dicts."""
+    out = None
     if rows.episodes:
-        store.write_batch([dict(e) for e in rows.episodes], rows.steps, rows.calls, rows.messages.values())
+        out = store.write_batch([dict(e) for e in rows.episodes], rows.steps, rows.calls, rows.messages.values())
     if rows.judgements:             # copies: write_judgements takes their transcripts out (a retry needs them)
         store.write_judgements([dict(j) for j in rows.judgements])
+    return out
 
 
 class StoreWriter:
     """A background writer of finished episodes, one shard per table per run dir per flush
     (see the module docstring). ``write`` is how one run dir's rows are written (tests, perf):
     by default :func:`_write_rows` (``store.write_batch`` for the episodes, ``store.write_judgements``
-    for the judgements)."""
+    for the judgements); what it returns, when a :class:`~engine.storage.Flush`, names the episodes
+    set aside."""
 
     def __init__(self, flush_s: float, flush_bytes: int = FLUSH_BYTES, max_pending_bytes: int = MAX_PENDING_BYTES,
                  write: Callable[[EpisodeStore, _Rows], Any] | None = None, name: str = "dateline-store-writer",
@@ -321,7 +331,7 @@ class StoreWriter:
         wrote = 0
         for k, store, rows in batch:
             try:
-                self._write(store, rows)
+                flushed = self._write(store, rows)
             except OSError as e:       # a full disk, a lost mount: the rows stay, the next flush retries
                 with self._cond:
                     sink = self._sinks[k]
@@ -339,17 +349,20 @@ class StoreWriter:
                     self._fatal = e
                     self._cond.notify_all()
                 return False
+            aside: Collection[str] = flushed.set_aside if isinstance(flushed, Flush) else ()
+            stored = [e for e in rows.episodes if e["episode_id"] not in aside] if aside else rows.episodes
             with self._cond:
                 self._sinks[k].error, self._sinks[k].retry_at = "", 0.0
                 self._pending -= rows.nbytes
                 self.stats.shards += 1
-                self.stats.episodes += len(rows.episodes)
+                self.stats.episodes += len(stored)
+                self.stats.set_aside += len(rows.episodes) - len(stored)
                 self.stats.judgements += len(rows.judgements)
                 wrote += 1
                 self._cond.notify_all()
-            if self.on_written is not None and rows.episodes:
+            if self.on_written is not None and stored:
                 try:
-                    self.on_written(store, rows.episodes)
+                    self.on_written(store, stored)
                 except BaseException as e:  # noqa: BLE001 - handed to the driver by put/check/close
                     with self._cond:
                         self._fatal = e

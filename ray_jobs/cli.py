@@ -357,6 +357,12 @@ def show(a: argparse.Namespace) -> int:
                              error_kind(r) if r["status"] != "ok" else "")
                             for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
     sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
+    from engine.quarantine import set_aside_episodes
+
+    have = set(t["episode_id"].to_pylist())
+    if aside := {e: why for e, why in set_aside_episodes(store).items() if e not in have}:
+        sys.stdout.write(f"{len(aside)} more ran but could not be stored (set aside in {a.run_dir}/quarantine; the "
+                         "same command runs them again):\n" + "".join(f"  {why}\n" for why in list(aside.values())[:5]))
     from engine.hosting.events import describe, read_events
 
     if lines := describe(read_events(store)):     # what the model replicas went through, by cause

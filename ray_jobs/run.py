@@ -37,6 +37,7 @@ from engine.llm import SamplingParams
 from engine.paths import repo_path
 from engine.progress import Progress, table
 from engine.protocol import Benchmark, BenchmarkBase, dumps
+from engine.quarantine import set_aside_episodes
 from engine.storage import EpisodeStore, is_uri, metric_rows
 from engine.writer import StoreWriter
 from ray_jobs.budget import (RunBudget, SweepLedger, budget_exhausted_rows, check_sweep_budgets,
@@ -398,7 +399,7 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
             out.write(f"**{w}**\n")
         f = info["failures"]
-        if f["kinds"] or f["not_run"]:
+        if f["kinds"] or f["not_run"] or f["set_aside"]:
             out.write(failure_summary(f) + "\n")
         elif f["replicas"]:                  # every episode scored, through replica restarts
             out.write("replicas: " + "; ".join(f"{k} x{n}" for k, n in f["replicas"].items()) + "\n")
@@ -427,7 +428,14 @@ def failures(p: Point) -> dict[str, Any]:
             k["example"] = (r["error"] or "").splitlines()[0][:300] if r["error"] else r["status"]
             k["task"] = r["task_id"]
     errors = sum(k["count"] for k in kinds.values() if k["status"] == "error")
+    # episodes that ran but whose row the store writer could not encode (engine/storage.py): in
+    # RUN_DIR/quarantine only, unless a later run stored them
+    aside = {e: why for e, why in set_aside_episodes(p.store).items() if e in planned}
+    if aside:
+        stored = set(p.store.episodes(["episode_id"], episode_ids=list(aside))["episode_id"].to_pylist())
+        aside = {e: why for e, why in aside.items() if e not in stored}
     return {"kinds": kinds, "errors": errors, "planned": len(planned),
+            "set_aside": len(aside), "set_aside_example": next(iter(aside.values()), ""),
             "stopped_at_max_failures": p.info.get("stopped_at_max_failures", 0),
             "not_run": p.info.get("not_run", 0), "model_failing": p.info.get("model_failing", ""),
             # what the replicas went through (every run of this run dir), by cause
@@ -437,10 +445,13 @@ def failures(p: Point) -> dict[str, Any]:
 def failure_summary(f: dict[str, Any]) -> str:
     """The failures of a configuration: each kind with its count and one example, then how to
     run them again."""
-    lines = [f"FAILURES: {sum(k['count'] for k in f['kinds'].values()) + f.get('not_run', 0)} of {f['planned']} "
-             "planned episodes have no scored result:"]
+    n = sum(k["count"] for k in f["kinds"].values()) + f.get("not_run", 0) + f.get("set_aside", 0)
+    lines = [f"FAILURES: {n} of {f['planned']} planned episodes have no scored result:"]
     for kind, k in sorted(f["kinds"].items(), key=lambda kv: -kv[1]["count"]):
         lines.append(f"  {k['count']} x {kind}, e.g. task {k['task']}: {k['example']}")
+    if f.get("set_aside"):
+        lines.append(f"  {f['set_aside']} x not stored: the store writer could not encode the row, set aside in "
+                     f"RUN_DIR/quarantine (the same command runs it again), e.g. {f['set_aside_example']}")
     if f.get("not_run"):
         lines.append(f"  {f['not_run']} x not run: {f.get('model_failing') or 'stopped'}")
     if f.get("replicas"):

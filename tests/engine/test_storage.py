@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,11 +36,58 @@ def test_roundtrip_and_explicit_schema(tmp_path):
     assert not list((tmp_path / "_staging").iterdir())
 
 
-def test_wrong_type_is_rejected_before_anything_is_written(tmp_path):
+# -- a flush never dies of one row (issue 30, "names are data") ------------------------------------
+
+NAME = b"chart\xff.png".decode("utf-8", "surrogateescape")       # a non-UTF-8 file name, as os.listdir gives it
+
+
+def test_text_no_utf8_file_can_hold_is_stored_escaped_and_every_episode_lands(tmp_path, caplog):
+    """'chart\\udcff.png' in an episode's output, a step's result, a list column and a
+    transcript: once a UnicodeEncodeError that lost the whole flush (and every re-run's)."""
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
-    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, TypeError)):
-        store.write_batch([ep("e1", n_search="three")], [])
-    assert store.episodes().num_rows == 0
+    eps = [ep(f"e{i}") for i in range(4)]
+    eps[1]["output"] = f"see {NAME}"
+    eps[3]["final_draft"] = ["x", f"{NAME} and \ud800"]
+    steps = [st(f"e{i}", 0) for i in range(4)]
+    steps[2]["result"] = f"ls: {NAME}"
+    calls = [{"episode_id": "e1", "purpose": "episode", "call": 0, "message_ids": ["m1"], "completion": NAME}]
+    with caplog.at_level("WARNING", logger="dateline.storage"):
+        flushed = store.write_batch(eps, steps, calls, [{"message_id": "m1", "role": "tool", "content": NAME}])
+    assert flushed.set_aside == frozenset()
+    assert store.finished_ids() == {"e0", "e1", "e2", "e3"}
+    rows = {r["episode_id"]: r for r in store.episodes().to_pylist()}
+    assert rows["e1"]["output"] == "see chart\\xff.png"                # the name's bytes, written out
+    assert rows["e3"]["final_draft"] == ["x", "chart\\xff.png and \\ud800"]
+    assert {s["episode_id"]: s["result"] for s in store.steps().to_pylist()}["e2"] == "ls: chart\\xff.png"
+    assert store.calls(["e1"])[0]["completion"] == "chart\\xff.png"
+    assert store.messages(["m1"])["m1"]["content"] == "chart\\xff.png"
+    assert "episode e1 field output" in caplog.text and "episode e2 field result" in caplog.text
+    assert not (tmp_path / "quarantine").exists()
+    # a re-run of the same episodes writes again
+    store.write_batch([ep("e1", output=f"again {NAME}")], [st("e1", 0, f"raw {NAME}")])
+    assert store.episodes(["output"], episode_ids=["e1"])["output"].to_pylist() == ["again chart\\xff.png"]
+    assert store.steps(["raw_output"], episode_ids=["e1"])["raw_output"].to_pylist() == ["raw chart\\xff.png"]
+
+
+def test_a_row_arrow_cannot_encode_is_set_aside_with_its_reason_and_the_rest_lands(tmp_path, caplog):
+    from engine.quarantine import read_quarantine, set_aside_episodes
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    eps = [ep("e0"), ep("e1", n_search="three", output=NAME), ep("e2")]         # not an int32
+    with caplog.at_level("WARNING", logger="dateline.storage"):
+        flushed = store.write_batch(eps, [st("e0", 0), st("e1", 0), dict(st("e2", 0), tokens_in=2**40)])
+    assert flushed.set_aside == {"e1"}
+    assert store.finished_ids() == {"e0", "e2"}
+    assert [s["episode_id"] for s in store.steps().to_pylist()] == ["e0"]      # e2's one step could not be stored
+    q = {r["file"].rsplit("/", 1)[-1]: r for r in read_quarantine(store).to_pylist()}
+    assert set(q) == {"episodes", "steps"}
+    e1 = q["episodes"]
+    assert (e1["kind"], e1["field"], e1["episode_id"], e1["row"]) == ("unencodable_row", "n_search", "e1", None)
+    assert "episodes row of episode e1: field n_search cannot be stored" in e1["reason"]
+    assert json.loads(e1["content"])["output"] == NAME and e1["content"].isascii()   # the row whole: nothing lost
+    assert (q["steps"]["field"], q["steps"]["episode_id"]) == ("tokens_in", "e2")
+    assert set_aside_episodes(store) == {"e1": e1["reason"]}
+    assert "the row of episode e1 cannot be stored (field n_search" in caplog.text
 
 
 def test_error_rows_rerun_and_ok_wins(tmp_path):

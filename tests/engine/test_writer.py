@@ -7,7 +7,6 @@ import errno
 import threading
 import time
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -123,13 +122,34 @@ def test_an_error_in_the_writer_surfaces_in_the_driver(tmp_path):
     assert not w._thread.is_alive()
 
 
-def test_a_schema_error_is_the_original_arrow_error(tmp_path):
+def test_a_name_that_is_not_utf8_no_longer_loses_the_flush(tmp_path):
+    """Issue 30: one 'chart\\udcff.png' (b'chart\\xff.png' as os.listdir decodes it) in a flush of
+    4 episodes stored none of them, and every re-run crashed the same way."""
+    name = b"chart\xff.png".decode("utf-8", "surrogateescape")
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
-    w = StoreWriter(flush_s=3600)
-    w.put(store, [ep("e1", n_search="three")])                    # not an int32: refused by Arrow
-    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
-        w.close()
-    assert shards(tmp_path) == []
+    judged = []
+    for attempt in range(2):                                       # a re-run writes again
+        with StoreWriter(flush_s=3600, on_written=lambda s, rows: judged.extend(r["episode_id"] for r in rows)) as w:
+            w.put(store, [ep(f"e{i}", output=f"{attempt} {name}" if i == 1 else "x") for i in range(4)],
+                  [st("e2", 0, f"wrote {name}")])
+        assert w.stats.episodes == 4 and w.stats.set_aside == 0
+    assert store.finished_ids() == {"e0", "e1", "e2", "e3"} and len(judged) == 8
+    assert store.episodes(["output"], episode_ids=["e1"])["output"].to_pylist() == ["1 chart\\xff.png"]
+    assert store.steps(["raw_output"])["raw_output"].to_pylist() == ["wrote chart\\xff.png"]
+
+
+def test_a_row_arrow_cannot_encode_is_set_aside_and_never_judged(tmp_path):
+    """A value of the wrong type is no longer the writer's end: that row goes to
+    RUN_DIR/quarantine, the rest of the flush is stored, and only stored episodes reach the judges."""
+    from engine.quarantine import set_aside_episodes
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    judged = []
+    with StoreWriter(flush_s=3600, on_written=lambda s, rows: judged.extend(r["episode_id"] for r in rows)) as w:
+        w.put(store, [ep("e0"), ep("e1", n_search="three")])      # not an int32: refused by Arrow
+    assert store.finished_ids() == {"e0"} and judged == ["e0"]
+    assert (w.stats.episodes, w.stats.set_aside) == (1, 1)
+    assert "field n_search cannot be stored" in set_aside_episodes(store)["e1"]
 
 
 def test_os_errors_keep_the_rows_and_retry_then_the_final_join_names_what_was_lost(tmp_path):

@@ -106,3 +106,27 @@ print(res.output_bytes["stdout"], before, after)
     printed, before, after = map(int, out.stdout.split())
     assert printed == 300_100_000
     assert (after - before) * 1024 < 50 * 1024 * 1024, (before, after)
+
+
+def test_reading_three_lines_of_a_64_mb_file_costs_the_worker_under_16_mb(tmp_path):
+    """The ``read`` tool streams the file and keeps the lines it returns (it loaded and split
+    the whole file: +1.4 GB for 64 MB of short lines)."""
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(REPO)!r})
+from engine.benchmarks.analyst.generation import _observation
+from engine.benchmarks.analyst.sandbox import Limits, Sandbox
+box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60))
+with open({str(tmp_path / 'episode' / 'big.txt')!r}, 'w') as f:
+    for _ in range(64):
+        f.write('y\\n' * (1 << 19))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+obs, ok = _observation(box, {{"tool": "read", "path": "big.txt", "start": 5, "end": 7}}, 4000)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert ok and obs.startswith("big.txt lines 5-7 of 33554432"), obs[:200]
+print(before, after)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = map(int, out.stdout.split())
+    assert (after - before) * 1024 < 16 * 1024 * 1024, (before, after)

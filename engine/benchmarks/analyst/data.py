@@ -20,6 +20,11 @@ A task without checklist.json may have a built one in a checklist store
 an edited reference never meets an old checklist. A built checklist whose ``reference_sha256``
 is not the task's reference is an error (delete it to rebuild).
 
+A task folder holds plain files and folders only, checked before anything in it is read: a link
+(the folder itself too), a hard-linked file, a FIFO or a name that is not UTF-8 anywhere in it is
+an error naming that entry (names become ids, prompts and stored text; a link or hard link would
+bring bytes from outside the folder into every episode).
+
 Every error is a :class:`~engine.errors.BadDataError` naming the file, the row (the line of the
 field in a JSON file, the line of a bad byte, the criterion of a checklist; none for a whole-file
 problem) and the field; with ``benchmark.on_bad_rows=skip`` a bad folder is skipped and
@@ -28,6 +33,7 @@ quarantined instead (``docs/design/data.md`` lists the checks).
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -42,7 +48,7 @@ from typing import Any
 from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
 from engine.errors import BadDataError, DataError
 from engine.jsonl import check_id, field_str, loads
-from engine.quarantine import Quarantine, reject
+from engine.quarantine import Quarantine, escape_text, reject
 
 SETTINGS = ("T", "T+S", "T+S+ToC", "T+S+R*")
 TASK_FIELDS = ("task_id", "instruction", "family", "variant", "domain", "template_from")
@@ -205,12 +211,39 @@ def _meta(meta_path: Path, folder: Path) -> dict[str, str]:
     return out
 
 
-def _source_entries(src: Path) -> list[Path]:
-    """Every entry below ``sources/`` (not hidden), walked without following links; a link, FIFO,
-    socket or device anywhere there is a BadDataError naming it: it would be copied into every
-    episode (a folder link brought its whole target), or block the copy."""
+def _check_entry(p: Path, st: os.stat_result) -> None:
+    """One entry of a task folder (``st``: its lstat), refused with a BadDataError naming it when
+    its name is not UTF-8 (``bad_utf8``: it would reach ids, prompts and stored text as a lone
+    surrogate), it is a link or a hard-linked file (``unsafe_name``: its bytes live elsewhere,
+    maybe outside the folder, and a hard link cannot be told from its target), or it is not a
+    plain file or folder (``unsupported_file``: a FIFO blocks a read or a copy)."""
+    try:
+        os.fsencode(p.name).decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadDataError("bad_utf8", p, None, None, f"the name is not UTF-8 ({escape_text(p.name)!r}): rename it "
+                                                      "(names become ids, prompts and stored text)") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise BadDataError("unsafe_name", p, None, None, f"is a link (to {escape_text(os.readlink(p))}): a task "
+                                                         "folder holds plain files and folders (links are never followed)")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise BadDataError("unsupported_file", p, None, None, "is not a regular file (a FIFO, socket or "
+                                                              "device): a task folder holds plain files")
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise BadDataError("unsafe_name", p, None, None, f"is a hard link ({st.st_nlink} names for the same bytes, "
+                                                         "maybe outside the task folder): copy the file instead")
+
+
+def _entries(root: Path) -> list[Path]:
+    """The regular files below ``root`` (hidden entries, never read, left out), walked without
+    following links, ``root`` and every entry checked (:func:`_check_entry`: ``root`` must not be
+    a link either, so a task folder linked to ``/`` is refused, not walked). None when ``root``
+    does not exist (the caller names what is missing)."""
+    try:
+        _check_entry(root, root.lstat())
+    except FileNotFoundError:
+        return []
     out = []
-    for d, dirs, files in os.walk(src, followlinks=False):
+    for d, dirs, files in os.walk(root, followlinks=False):
         for name in sorted(dirs + files):
             p = Path(d) / name
             if name.startswith("."):
@@ -218,40 +251,47 @@ def _source_entries(src: Path) -> list[Path]:
                     dirs.remove(name)
                 continue
             st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                raise BadDataError("unsafe_name", p, None, None, f"is a link (to {os.readlink(p)}): sources must be "
-                                                                 "plain files and folders (links are never followed)")
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                raise BadDataError("unsupported_file", p, None, None, "is not a regular file (a FIFO, socket or "
-                                                                      "device): sources must be plain files")
+            _check_entry(p, st)
             if stat.S_ISREG(st.st_mode):
                 out.append(p)
     return sorted(out)
 
 
 def copy_sources(src: Path, dst: Path) -> None:
-    """Copy a task's ``sources/`` into an episode folder without following links (checked again
-    here: the task folder may have changed since it loaded)."""
-    files = _source_entries(src)
+    """Copy a task's ``sources/`` into an episode folder without following links. Checked again
+    here, the task folder may have changed since it loaded: each file is opened without following
+    a link (a file swapped for one fails to open) and must still be a regular file of one name."""
+    files = _entries(src)
     dst.mkdir(parents=True, exist_ok=True)
     for p in files:
         target = dst / p.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f, open(target, "xb") as out:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise BadDataError("unsafe_name", p, None, None, "became a link after the task loaded (links are never "
+                                                             "followed)") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
                 raise BadDataError("unsupported_file", p, None, None, "is not a regular file")
-            shutil.copyfileobj(f, out)
+            if st.st_nlink > 1:
+                raise BadDataError("unsafe_name", p, None, None, f"is a hard link ({st.st_nlink} names for the same "
+                                                                 "bytes, maybe outside the task folder)")
+            with open(target, "xb") as out:
+                shutil.copyfileobj(f, out)
 
 
-def _check_sources(folder: Path) -> None:
+def _check_sources(folder: Path, files: list[Path]) -> None:
     """sources/ holds at least one file; each a plain file (no link, FIFO or device anywhere
     there), of a readable type (``.md``/``.markdown``/``.txt`` UTF-8 text, ``.csv`` a UTF-8 table
     with rows as wide as its header, ``.xlsx`` a workbook) and at most ``MAX_SOURCE_BYTES``."""
     src = folder / "sources"
     if not src.is_dir() or src.is_symlink():
         raise BadDataError("missing_file", src, None, None, "a task needs a sources/ folder with at least one file")
-    files = _source_entries(src)
+    files = [p for p in files if p.is_relative_to(src)]
     if not files:
         raise BadDataError("empty_file", src, None, None, "a task needs a sources/ folder with at least one file")
     for p in files:
@@ -283,10 +323,13 @@ def _failure(path: Path) -> str:
 
 def load_task(folder: Path, checklists_dir: Path | None = None) -> AnalystTask:
     """One task folder, checked (``docs/design/data.md``); raises a BadDataError naming the file,
-    the row (a line, or a checklist criterion) and the field."""
+    the row (a line, or a checklist criterion) and the field. First the folder itself and every
+    entry in it (:func:`_check_entry`): no name that is not UTF-8, no link, no hard link, nothing
+    but plain files and folders, so that nothing read below comes from outside it."""
+    files = _entries(folder)
     meta_path = folder / "task.json"
     meta = _meta(meta_path, folder)
-    _check_sources(folder)
+    _check_sources(folder, files)
     reference = _read(folder / "reference.md", True)
     checklist, origin, by, by_weights = _checklist(folder / "checklist.json", reference)   # the task's own comes first
     target = checklist_target(folder, meta["task_id"], reference, checklists_dir)

@@ -26,7 +26,6 @@ temperature; null falls back to ``model.temperature``) with the attempt's seed (
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,8 @@ from typing import Any, Callable
 
 from engine.actions import ParseError, first_json_object
 from engine.benchmarks.analyst.data import AnalystTask, copy_sources
-from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox
+from engine import fdtree
+from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, clip_list
 from engine.benchmarks.analyst.sources import chunk_sources, chunk_text, source_texts
 from engine.llm import RequestRejected
 from engine.protocol import EpisodeContext, dumps
@@ -182,7 +182,7 @@ def _grep(box: Sandbox, pattern: str, under: str) -> str:
             if left <= 0 or pat.search(line, timeout=left):
                 if left <= 0:
                     raise TimeoutError(f"the pattern took over {GREP_BUDGET_S:g} s; use a simpler one")
-                hits.append(f"{f}:{i}: {line[:200]}")
+                hits.append(f"{fdtree.show(f)}:{i}: {line[:200]}")
     return ("\n".join(hits[:60]) + (f"\n[{len(hits) - 60} more matches]" if len(hits) > 60 else "")
             if hits else "no matches")
 
@@ -191,16 +191,18 @@ def _observation(box: Sandbox, action: dict[str, Any], limit: int) -> tuple[str,
     tool = action.get("tool")
     try:
         if tool == "list_files":
-            return "\n".join(box.files()) or "(no files)", True
+            names = [fdtree.show(f) for f in box.files()]
+            return clip_list(names, limit, "\n") if names else "(no files)", True
         if tool == "grep":
             return _grep(box, str(action.get("pattern", "")), str(action.get("path") or ".")), True
         if tool == "read":
             rel = str(action.get("path", ""))
-            lines = box.read_text(rel).splitlines()
             start = max(1, int(action.get("start", 1)))
-            end = min(len(lines), int(action.get("end", start + 99)))
-            body = "\n".join(f"{i}: {lines[i - 1]}" for i in range(start, end + 1))
-            return f"{rel} lines {start}-{end} of {len(lines)}\n{body}"[:limit], True
+            end = min(start + 999, int(action.get("end", start + 99)))       # a page, not the file
+            lines, total = box.read_lines(rel, start, end)
+            end = min(end, total)
+            body = "\n".join(f"{i}: {line}" for i, line in enumerate(lines, start))
+            return f"{rel} lines {start}-{end} of {total}\n{body}"[:limit], True
         if tool == "python":
             res = box.run_python(str(action.get("code", "")))
             return res.summary(limit), res.ok
@@ -234,13 +236,10 @@ def _fresh_folder(task: AnalystTask, workdir: Path, limits: Limits, isolation: s
     empty ``figures/``, nothing else: no reference, checklist or ToC file (the setting's ToC or
     template reaches the model in its prompt). Sources are copied without following links (a
     link, FIFO or device there is a DataError naming it: ``data.copy_sources``)."""
-    if workdir.is_symlink():
-        workdir.unlink()
-    elif workdir.exists():
-        shutil.rmtree(workdir)            # never follows links (fd-based on Linux)
-    box = Sandbox(workdir, limits, isolation)
-    copy_sources(task.sources_dir, workdir / "sources")
-    (workdir / "figures").mkdir()
+    box = Sandbox.fresh(workdir, limits, isolation)     # whatever an earlier attempt left: gone
+    copy_sources(task.sources_dir, box.root / "sources")
+    box.mkdir("figures")
+    box.adopt()
     return box
 
 
@@ -302,7 +301,9 @@ async def agentic(task: AnalystTask, ctx: EpisodeContext, budget: Budget,
             info["report_refused"] = str(e)
     if not report and info["finish_reason"] == "finish":
         info["finish_reason"] = "no_report"
-    info["figures_written"] = [f for f in box.files("figures") if f.endswith(".png")] if box.is_dir("figures") else []
+    info["figures_written"] = ([fdtree.show(f) for f in box.files("figures") if f.endswith(".png")]
+                               if box.is_dir("figures") else [])
+    info["cgroup"] = box.cgroup_version
     box.close()
     return report, info
 

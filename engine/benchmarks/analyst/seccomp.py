@@ -11,6 +11,13 @@ reading other processes' memory (``ptrace``, ``process_vm_readv/writev``), new n
 mounts (``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``chroot``, ``fsopen`` ...),
 kernel keyrings, BPF, perf events, ``userfaultfd``, ``io_uring`` (its requests bypass seccomp),
 module loading, ``kexec``, ``reboot``, ``swapon``, ``open_by_handle_at`` and ``personality``.
+
+Answered otherwise: ``fallocate`` gets EOPNOTSUPP (a preallocation reserves blocks without writing
+them, in one call of any size: glibc's ``posix_fallocate`` then falls back to writing, which the
+folder's quota counts and RLIMIT_FSIZE caps); ``socket`` and ``socketpair`` of any family but
+``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` get EAFNOSUPPORT (``AF_VSOCK`` reaches the hypervisor's
+host, ``AF_NETLINK``, ``AF_PACKET``, ``AF_ALG`` ... are kernel surface a snippet never needs; the
+network namespace already leaves the Internet families nothing but their own loopback).
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ _JGE_K = 0x35             # BPF_JMP | BPF_JGE | BPF_K
 _RET_K = 0x06             # BPF_RET | BPF_K
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
-EPERM = 1
+EPERM, EOPNOTSUPP, EAFNOSUPPORT = 1, 95, 97
+_SECCOMP_DATA_ARG0 = 16   # offsetof(struct seccomp_data, args[0]); its low 32 bits on little-endian ABIs
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+ALLOWED_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
+# (syscall, errno): answered with another error than EPERM
+OTHER_ERRNO = {"fallocate": EOPNOTSUPP}
 
 DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "unshare", "setns", "mount", "umount2",
           "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
@@ -44,7 +56,7 @@ _X86_64 = {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kc
            "kexec_load": 246, "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
            "quotactl": 179, "open_by_handle_at": 304, "name_to_handle_at": 303, "personality": 135,
            "lookup_dcookie": 212, "syslog": 103, "vhangup": 153, "settimeofday": 164, "clock_settime": 227,
-           "adjtimex": 159, "clock_adjtime": 305}
+           "adjtimex": 159, "clock_adjtime": 305, "fallocate": 285, "socket": 41, "socketpair": 53}
 # the generic table (asm-generic/unistd.h), used by aarch64
 _AARCH64 = {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "unshare": 97,
             "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "fsopen": 430,
@@ -55,7 +67,7 @@ _AARCH64 = {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "k
             "kexec_load": 104, "kexec_file_load": 294, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
             "quotactl": 60, "open_by_handle_at": 265, "name_to_handle_at": 264, "personality": 92,
             "lookup_dcookie": 18, "syslog": 116, "vhangup": 58, "settimeofday": 170, "clock_settime": 112,
-            "adjtimex": 171, "clock_adjtime": 266}
+            "adjtimex": 171, "clock_adjtime": 266, "fallocate": 47, "socket": 198, "socketpair": 199}
 # (AUDIT_ARCH_*, syscall table, first number of an ABI to refuse (x32 on x86_64) or None)
 ARCHES = {"x86_64": (0xC000003E, _X86_64, 0x40000000), "aarch64": (0xC00000B7, _AARCH64, None)}
 
@@ -79,5 +91,15 @@ def program(machine: str | None = None) -> bytes | None:
         out += [_ins(_JGE_K, 0, 1, bad_abi), deny]
     for name in DENIED:
         out += [_ins(_JEQ_K, 0, 1, table[name]), deny]
-    out.append(_ins(_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    for name, err in OTHER_ERRNO.items():
+        out += [_ins(_JEQ_K, 0, 1, table[name]), _ins(_RET_K, 0, 0, SECCOMP_RET_ERRNO | err)]
+    # socket/socketpair: the family (args[0]) must be one of ALLOWED_FAMILIES; the block ends the
+    # program (the accumulator no longer holds the syscall number after it)
+    n = len(ALLOWED_FAMILIES)
+    out += [_ins(_JEQ_K, 1, 0, table["socket"]),
+            _ins(_JEQ_K, 0, n + 2, table["socketpair"]),          # neither: to ALLOW
+            _ins(_LD_W_ABS, 0, 0, _SECCOMP_DATA_ARG0)]
+    out += [_ins(_JEQ_K, n - i, 0, fam) for i, fam in enumerate(ALLOWED_FAMILIES)]
+    out += [_ins(_RET_K, 0, 0, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+            _ins(_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     return b"".join(out)

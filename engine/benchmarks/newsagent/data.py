@@ -13,7 +13,9 @@ A dataset is a folder with two JSON Lines files:
      "reference_evidence": ["h0001", ...], "reference_article": "..."}
 
 ``kind`` is description, caption (text starts with ``[Caption]``) or quote (``[Speaker] text``).
-Every reference id must name an object dated strictly before the task's release date. Ids are
+Every reference id must name an object dated strictly before the task's release date. Dates are
+full dates from 1800 to a year after today (``engine.jsonl.field_date``: a release date in 2150 is
+a typo, and would make every object of the corpus evidence from "before" it). Ids are
 unique, safe as names (no path syntax); texts are non-blank and at most ``MAX_TEXT_CHARS``. Every
 bad row raises a :class:`~engine.errors.BadDataError` naming file, row and field, or with a
 :class:`~engine.quarantine.Quarantine` is skipped (``docs/design/data.md``).

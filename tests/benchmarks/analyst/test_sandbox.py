@@ -171,3 +171,89 @@ def test_bwrap_from_a_venv_reached_through_a_symlink(tmp_path):
     out = subprocess.run([str(python), "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "True" and int(out.stdout.split()[1]) <= 2, out.stdout
+
+
+# -- supervision (issue 30) ----------------------------------------------------------------------
+def _alive(uid: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if os.stat(f"/proc/{p}").st_uid == uid and \
+                        open(f"/proc/{p}/stat", "rb").read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):
+                    out.append(int(p))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def test_an_exception_inside_supervision_still_kills_the_whole_tree(box, monkeypatch):
+    """The quota check raises on its third call (a walk that fails, descriptors run out ...):
+    the snippet is stopped, its setsid'd grandchild dies with it, and the run says why."""
+    calls = {"n": 0}
+    real = Sandbox.usage
+
+    def failing(self, pids=()):
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            raise OSError(24, "Too many open files")
+        return real(self, pids)
+    monkeypatch.setattr(Sandbox, "usage", failing)
+    res = box.run_python("import os, time\nif os.fork() == 0:\n os.setsid()\n if os.fork() == 0:\n"
+                         "  while True:\n   open('beat', 'w').write(str(time.time())); time.sleep(0.05)\n"
+                         " os._exit(0)\ntime.sleep(30)")
+    assert not res.ok and res.supervision_error.startswith("OSError") and "stopped" in res.summary(4000)
+    assert res.seconds < 5
+    uid = box.owner if box.owner is not None else None
+    if uid is not None:
+        assert _alive(uid) == []
+    monkeypatch.setattr(Sandbox, "usage", real)
+    assert not box.exists("beat")                 # what the stopped run added was removed
+    import time
+
+    time.sleep(0.3)
+    assert not box.exists("beat")                 # and nothing writes it any more
+
+
+def test_the_tree_shares_one_memory_limit(tmp_path):
+    """Three children of 300 MB each under a 512 MB limit: the kernel kills in the tree."""
+    from engine.benchmarks.analyst import cgroup
+
+    assert cgroup.cgroup_support()[0] is not None or os.geteuid() != 0, cgroup.cgroup_support()
+    box = Sandbox(tmp_path / "episode", Limits(timeout_s=20, memory_mb=512))
+    res = box.run_python("import os, time\nkids = []\nfor i in range(3):\n pid = os.fork()\n if pid == 0:\n"
+                         "  x = b'x' * (300 << 20); time.sleep(2); os._exit(0)\n kids.append(pid)\n"
+                         "print(sum(os.waitpid(p, 0)[1] == 0 for p in kids), 'of 3 held')")
+    if os.geteuid() == 0:
+        assert "3 of 3 held" not in res.stdout and res.memory_exceeded, res.summary(2000)
+        assert res.peak_memory_mb is not None and res.peak_memory_mb <= 512 + 1
+
+
+def test_read_lines_streams_a_page(box):
+    box.write_text("t.txt", "".join(f"line {i}\n" for i in range(1, 1001)) + "last, no newline")
+    lines, total = box.read_lines("t.txt", 999, 1005)
+    assert total == 1001 and lines == ["line 999", "line 1000", "last, no newline"]
+    text = "".join(f"{i}:" + "z" * (i % 97) + "\n" for i in range(200_000))     # lines across 64 KB chunks
+    box.write_text("many.txt", text)
+    want = text.splitlines()
+    for a, b in ((1, 3), (7_000, 7_010), (199_998, 200_005)):
+        lines, total = box.read_lines("many.txt", a, b)
+        assert total == 200_000 and lines == want[a - 1:b], (a, b)
+    box.write_text("long.txt", "x" * 100_000 + "\nshort\n")
+    lines, total = box.read_lines("long.txt", 1, 2, max_line=50)
+    assert total == 2 and lines == ["x" * 50, "short"]
+
+
+def test_the_probe_names_what_is_not_isolated():
+    ns = {n: i for i, n in enumerate(S._NAMESPACES)}
+    good = {"ns": {n: i + 100 for n, i in ns.items()}, "Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0" * 16,
+            "CapPrm": "0" * 16, "uid_map": ["1000", "0", "1"], "uid": 1000, "marker": False, "pid1": "bwrap",
+            "ifaces": ["lo"]}
+    kw = dict(host_ns=ns, uid=1000, file_uid=1000, marker="/m", worker_cmdline="python -m ray", seccomp_expected=True)
+    assert S.isolation_problems(good, **kw) == []
+    bad = {**good, "ns": dict(ns), "Seccomp": "0", "uid": 0, "uid_map": ["0", "0", "4294967295"], "marker": True,
+           "pid1": "python -m ray", "ifaces": ["lo", "eth0"], "CapEff": "000001ffffffffff"}
+    problems = "; ".join(S.isolation_problems(bad, **{**kw, "file_uid": 0}))
+    for words in ("pid namespace is the worker's", "no seccomp", "capabilities", "uid map", "belongs to uid 0",
+                  "host path", "PID 1 is the worker", "eth0"):
+        assert words in problems, (words, problems)
