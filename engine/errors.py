@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 
 class DataError(ValueError):
     """Bad input data: always names the file, the row (1-based line) and the field."""
 
     def __init__(self, path: object, row: int | None, field: str | None, message: str) -> None:
-        where = str(path)
+        where = os.fsencode(str(path)).decode("utf-8", "backslashreplace")    # a name that is not UTF-8: escaped
         if row is not None:
             where += f", row {row}"
         if field is not None:

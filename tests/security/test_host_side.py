@@ -492,3 +492,35 @@ def test_the_real_bwrap_passes_the_isolation_probe():
     sandbox._probe.cache_clear()
     ok, why = sandbox.bwrap_status()
     assert ok, why
+
+
+@pytest.mark.parametrize("plant,words", [
+    ("name", ["notes\\xff.csv", "not UTF-8"]),
+    ("hard link", ["reference.md", "hard link"]),
+    ("link", ["toc.md", "is a link"]),
+], ids=["non-utf8 source name", "hard-linked reference", "linked toc"])
+def test_4_8_a_task_folder_with_a_bad_name_or_a_link_is_refused_by_the_driver(tmp_path, plant, words):
+    """Through ``dateline run``: the task loader refuses, naming the entry, before any episode."""
+    import shutil
+
+    src = REPO / "engine" / "benchmarks" / "analyst" / "sample_tasks" / "unemployment-brief"
+    task = tmp_path / "tasks" / "unemployment-brief"
+    shutil.copytree(src, task)
+    if plant == "name":
+        (task / "sources" / os.fsdecode(b"notes\xff.csv")).write_text("a,b\n1,2\n")
+    elif plant == "hard link":
+        os.link(task / "reference.md", tmp_path / "elsewhere.md")
+    else:
+        (tmp_path / "toc.md").write_text("# ToC\n")
+        (task / "toc.md").unlink(missing_ok=True)
+        (task / "toc.md").symlink_to(tmp_path / "toc.md")
+    out = subprocess.run([sys.executable, "-m", "dateline", "run", "benchmark=analyst", "agent=analyst_agentic",
+                          f"benchmark.tasks_dir={tmp_path / 'tasks'}", "model=openai_compatible",
+                          "model.base_url=http://127.0.0.1:9/v1", "model.name=m", "model.api_key_env=",
+                          f"run.dir={tmp_path / 'run'}", "run.progress=false"],
+                         cwd=REPO, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode != 0
+    tail = out.stderr[-3000:]
+    assert all(w in tail for w in words) and "Traceback" not in tail, tail
+    assert not (tmp_path / "run" / "episodes").exists() or not list((tmp_path / "run" / "episodes").iterdir())
