@@ -88,14 +88,15 @@ async def _two_step_turn(env: NewsEnvironment, ctx: EpisodeContext, system: str)
 
 
 async def _rule_based(env: NewsEnvironment, ctx: EpisodeContext) -> None:
-    """The paper's mechanical lower bound: search the title, insert the top five results."""
+    """The paper's mechanical lower bound: search the title, insert the top five results (by
+    object id, so two hits of the same text are two objects, as in the search scores)."""
     search = Action("search", query=env.task.title)
     out = await env.step(search)
     _record_outcome(ctx, "baseline", "", None, search, out)
     for hit in out.hits[:5]:
         if env.done:
             break
-        ins = Action("insert", text=hit.text)
+        ins = Action("insert", text=hit.text, object_id=hit.object_id)
         _record_outcome(ctx, "baseline", "", None, ins, await env.step(ins))
 
 

@@ -33,8 +33,12 @@ SearchFn = Callable[[str, dt.date], Awaitable[list[Retrieved]]]
 
 
 def normalize(text: str) -> str:
-    """Matching key for insert/remove: punctuation removed (not replaced by a space, so "Gray's"
-    matches "Grays" and "No.10" matches "No10"; paper 4.1.3), whitespace folded, case kept."""
+    """Text key for insert/remove: punctuation removed (not replaced by a space, so "Gray's"
+    matches "Grays" and "No.10" matches "No10"; paper 4.1.3), whitespace folded, case kept.
+
+    It only finds the candidates an action's text may name; objects are told apart, kept and
+    scored by ``object_id`` (:meth:`NewsEnvironment.step`): two objects with the same key (the
+    same sentence on two dates) are two objects."""
     no_punct = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
     return " ".join(no_punct.split())
 
@@ -46,13 +50,22 @@ class Action:
     query: str = ""
     before: Optional[dt.date] = None
     text: str = ""
+    # insert/remove: an object named by id (the rule-based baseline; a model may add "id" to
+    # "obj"), and a date that prefers, among objects of the same text, the one of that date
+    object_id: str = ""
+    date: Optional[dt.date] = None
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"Action": self.kind}
         if self.kind == "search":
             d.update(query=self.query, before=self.before.isoformat() if self.before else None)
         elif self.kind in ("insert", "remove"):
-            d["obj"] = {"text": self.text}
+            obj: dict[str, Any] = {"text": self.text}
+            if self.object_id:
+                obj["id"] = self.object_id
+            if self.date is not None:
+                obj["date"] = self.date.isoformat()
+            d["obj"] = obj
         return d
 
 
@@ -88,13 +101,29 @@ def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
         raise ParseError(f"invalid search date {where}") from None
 
 
-def _obj_text(obj: dict[str, Any]) -> str:
+def _obj_target(obj: dict[str, Any]) -> tuple[str, str, Optional[dt.date]]:
+    """(text, object id, date) of an insert/remove: ``"obj": {"text": ...}`` as the prompt asks,
+    optionally with ``"id"`` (or ``"object_id"``) naming a retrieved object, which then decides
+    alone, and ``"date"`` (YYYY-MM-DD, as the observation shows it), which picks among objects of
+    the same text; a date that does not parse is ignored (the prompt never asks for one)."""
     target = get_ci(obj, "obj", "object", "content", "text")
+    object_id: Any = None
+    date: Any = None
     if isinstance(target, dict):
+        object_id = get_ci(target, "id", "object_id")
+        date = get_ci(target, "date", "dated")
         target = get_ci(target, "text")
-    if not isinstance(target, str) or not target.strip():
+    object_id = object_id.strip() if isinstance(object_id, str) else ""
+    text = target if isinstance(target, str) else ""
+    if not text.strip() and not object_id:
         raise ParseError('insert/remove needs "obj": {"text": "..."}')
-    return target
+    when: Optional[dt.date] = None
+    if isinstance(date, str):
+        try:
+            when = dt.date.fromisoformat(date.strip()[:10])
+        except ValueError:
+            when = None
+    return text, object_id, when
 
 
 def parse_kind(obj: dict[str, Any]) -> str:
@@ -116,7 +145,7 @@ def parse_arguments(kind: str, obj: dict[str, Any]) -> Action:
         action.query = query.strip()
         action.before = _parse_date(obj)
     elif kind in ("insert", "remove"):
-        action.text = _obj_text(obj)
+        action.text, action.object_id, action.date = _obj_target(obj)
     return action
 
 
@@ -161,8 +190,9 @@ class NewsEnvironment:
         self._search = search
         self.max_operations = max_operations
         self.draft: list[Retrieved] = []
-        self.retrieved: dict[str, Retrieved] = {}      # normalized text -> object, in retrieval order
-        self.retrieval_order: list[str] = []            # object ids, first retrieval order
+        # object id -> object, in first retrieval order: every distinct object any search returned,
+        # objects of the same text (the same sentence on two dates) included
+        self.retrieved: dict[str, Retrieved] = {}
         self.counters = Counters()
         self.last_message = "No action yet. Start by searching for background."
         self.history: list[str] = []
@@ -206,43 +236,65 @@ class NewsEnvironment:
             hits = await self._search(action.query, before)
             for h in hits:
                 assert h.date < self.task.release_date, "index returned an object dated on/after release"
-                key = normalize(h.text)
-                if key not in self.retrieved:
-                    self.retrieved[key] = h
-                    self.retrieval_order.append(h.object_id)
+                self.retrieved.setdefault(h.object_id, h)
             if not hits:
                 c.empty_search += 1
                 msg = MSG_SEARCH_EMPTY.format(query=action.query, before=before.isoformat())
                 return self._finish(StepOutcome(False, msg), f"search {action.query!r} -> no results")
             msg = MSG_SEARCH_OK.format(n=len(hits), query=action.query, before=before.isoformat())
             return self._finish(StepOutcome(True, msg, hits), f"search {action.query!r} -> {len(hits)} result(s)")
-        key = normalize(action.text)
         if action.kind == "insert":
-            obj = self.retrieved.get(key)
-            if obj is None:
+            named = named_objects(action, list(self.retrieved.values()))
+            if not named:
                 c.failed_insert += 1
                 return self._finish(StepOutcome(False, MSG_INSERT_UNKNOWN), "insert -> failed (not retrieved)")
-            if any(normalize(d.text) == key for d in self.draft):
+            in_draft = set(self.draft_ids())
+            fresh = [o for o in named if o.object_id not in in_draft]
+            if not fresh:
                 c.duplicate_insert += 1
                 return self._finish(StepOutcome(True, MSG_INSERT_DUP), "insert -> already in draft")
+            obj = fresh[0]
             c.insert += 1
             self.draft.append(obj)
             return self._finish(StepOutcome(True, MSG_INSERT_OK), f"insert {obj.object_id}")
         if action.kind == "remove":
-            for i, d in enumerate(self.draft):
-                if normalize(d.text) == key:
-                    c.remove += 1
-                    del self.draft[i]
-                    return self._finish(StepOutcome(True, MSG_REMOVE_OK), f"remove {d.object_id}")
+            named = named_objects(action, self.draft)
+            if named:
+                d = named[0]
+                c.remove += 1
+                self.draft.remove(d)
+                return self._finish(StepOutcome(True, MSG_REMOVE_OK), f"remove {d.object_id}")
             c.failed_remove += 1
             return self._finish(StepOutcome(False, MSG_REMOVE_UNKNOWN), "remove -> failed (not in draft)")
         raise ValueError(f"unknown action kind {action.kind!r}")
 
     def retrieved_ids(self) -> list[str]:
-        return list(self.retrieval_order)
+        """Every distinct object id the searches returned, in first retrieval order."""
+        return list(self.retrieved)
 
     def draft_ids(self) -> list[str]:
         return [d.object_id for d in self.draft]
+
+
+def named_objects(action: Action, pool: list[Retrieved]) -> list[Retrieved]:
+    """The objects of ``pool`` (the retrieved objects, or the draft) that an insert/remove names,
+    equally good matches only, in pool order.
+
+    An ``object_id`` names that object alone. Otherwise the candidates are the objects whose
+    text equals the action's under :func:`normalize`, and the best of them are kept: first those whose
+    text is the action's exactly (up to surrounding whitespace: the object it was copied from),
+    then those of the action's ``date`` if it gave one. So "No.10" and "No10" on two dates are two
+    objects, and copying either exactly picks that one; two objects of identical text and date
+    are both named, and an insert takes the first not yet in the draft."""
+    if action.object_id:
+        return [o for o in pool if o.object_id == action.object_id]
+    key = normalize(action.text)
+    matches = [o for o in pool if normalize(o.text) == key]
+    exact = [o for o in matches if o.text.strip() == action.text.strip()]
+    matches = exact or matches
+    if action.date is not None:
+        matches = [o for o in matches if o.date == action.date] or matches
+    return matches
 
 
 def split_sentences(text: str) -> list[str]:

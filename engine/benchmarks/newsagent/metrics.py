@@ -1,7 +1,8 @@
 """Function-wise metrics (Table 2) and usage statistics (Table 3).
 
 Per article: Search compares every object the agent's searches returned against the
-reference-selected evidence; Edit compares the final draft against it. Scores are computed per
+reference-selected evidence; Edit compares the final draft against it. All three are sets of
+object ids (two objects of the same text on two dates are two objects; docs/design/newsagent.md). Scores are computed per
 article and macro-averaged, so the mean F1 is not the F1 of the mean precision and recall (as
 the paper notes). Articles with no reference evidence are excluded from all function-wise
 averages (they still count in ``episodes``).
