@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
+from engine.fdtree import escape_text
 
 
 class DataError(ValueError):
     """Bad input data: always names the file, the row (1-based line) and the field."""
 
     def __init__(self, path: object, row: int | None, field: str | None, message: str) -> None:
-        where = os.fsencode(str(path)).decode("utf-8", "backslashreplace")    # a name that is not UTF-8: escaped
+        where = escape_text(str(path))          # a name that is not UTF-8: escaped
         if row is not None:
             where += f", row {row}"
         if field is not None:

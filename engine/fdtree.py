@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -38,9 +39,29 @@ class TreeChanged(OSError):
     """A folder moved while it was walked: the walk stops rather than go where it now leads."""
 
 
-def show(name: str) -> str:
-    """``name`` as text any writer can encode: non-UTF-8 bytes as ``\\xff`` escapes."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(s: str) -> bool:
+    """Whether ``s`` holds a lone surrogate: text no UTF-8 file (nor Arrow) can hold."""
+    return _SURROGATE.search(s) is not None
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
+
+
+def escape_text(s: str) -> str:
+    """``s`` with each lone surrogate written out: a byte that surrogateescape decoding kept
+    (U+DC80..U+DCFF: a file name that is not UTF-8, as ``os.listdir`` gives it) as ``\\xNN``, so
+    'chart\\udcff.png' reads ``chart\\xff.png`` like the name's bytes; any other as ``\\uNNNN``."""
+    return _SURROGATE.sub(_escape_one, s)
+
+
+# A name as text any writer can encode (non-UTF-8 bytes as ``\\xff`` escapes): for people, logs,
+# tables and object keys
+show = escape_text
 
 
 def open_dir(name: str, dir_fd: int) -> int:

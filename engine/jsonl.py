@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from engine.errors import BadDataError, DataError
-from engine.quarantine import Quarantine, has_surrogate, reject
+from engine.fdtree import has_surrogate
+from engine.quarantine import Quarantine, reject
 
 # A line longer than this is not parsed (one would be read whole into memory to parse it).
 MAX_LINE_BYTES = 64 * 1024 * 1024

@@ -30,7 +30,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import DataError
+from engine.fdtree import escape_text
 
 if TYPE_CHECKING:
     from engine.storage import _ShardedDir
@@ -111,26 +111,6 @@ class BadRow:
     raw: str
     episode_id: str | None = None
     content: str | None = None
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def has_surrogate(s: str) -> bool:
-    """Whether ``s`` holds a lone surrogate: text no UTF-8 file (nor Arrow) can hold."""
-    return _SURROGATE.search(s) is not None
-
-
-def _escape_one(m: re.Match[str]) -> str:
-    c = ord(m.group())
-    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
-
-
-def escape_text(s: str) -> str:
-    """``s`` with each lone surrogate written out: a byte that surrogateescape decoding kept
-    (U+DC80..U+DCFF: a file name that is not UTF-8, as ``os.listdir`` gives it) as ``\\xNN``, so
-    'chart\\udcff.png' reads ``chart\\xff.png`` like the name's bytes; any other as ``\\uNNNN``."""
-    return _SURROGATE.sub(_escape_one, s)
 
 
 def excerpt(raw: Any) -> str:

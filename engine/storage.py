@@ -30,7 +30,7 @@ surrogate, e.g. a non-UTF-8 file name (b'chart\\xff.png') as ``os.listdir`` deco
 (surrogateescape: 'chart\\udcff.png') in an episode's output or a step's result; Arrow refuses
 it, and one such string used to fail the whole flush, and every re-run. So when a table of a
 flush cannot be built, each string in its rows (nested values too) has its lone surrogates
-escaped (``engine.quarantine.escape_text``: ``\\xff`` for a surrogate-escaped byte, ``\\ud800``
+escaped (``engine.fdtree.escape_text``: ``\\xff`` for a surrogate-escaped byte, ``\\ud800``
 for any other) and the row is stored so, with a warning naming the episode and field. A row
 that still cannot be encoded (a value of the wrong type) is set aside, not written:
 ``RUN_DIR/quarantine`` keeps it whole (``engine.quarantine``, kind ``unencodable_row``: table,
@@ -69,7 +69,8 @@ import pyarrow.parquet as pq
 
 from engine.errors import CorruptShard
 from engine.protocol import MetricRow, StepRecord
-from engine.quarantine import BadRow, escape_text, excerpt, has_surrogate, write_quarantine
+from engine.fdtree import escape_text, has_surrogate
+from engine.quarantine import BadRow, excerpt, write_quarantine
 
 log = logging.getLogger("dateline.storage")
 

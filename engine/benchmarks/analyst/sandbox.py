@@ -12,18 +12,24 @@ isolation Flatpak and several agent sandboxes build on; ``isolation="bwrap"``, t
   installation (at their real paths), its own ``/proc`` and ``/dev``, a size-limited private
   ``/tmp``, and the episode folder, the only writable path. The repository, the task folder, the
   run dir and the other episodes are not in it at all. No network interface but its own loopback;
-* where the worker runs as root, the snippet runs as an unprivileged uid of its own (per episode
-  folder), which owns the folder; the episode folder is chowned to it before each run;
-* limits that hold against hostile code: wall-clock timeout (the whole process tree dies with the
-  PID namespace), RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE per file, RLIMIT_NPROC (a process cap), a disk
-  quota for the whole folder (checked every 20 ms while the snippet runs: over it, the tree is
-  killed and the files the run added are removed), and stdout/stderr read with a byte cap as they
-  stream (the worker holds at most ``output_bytes`` per stream, whatever the snippet prints).
+* where the worker runs as root, the snippet runs as an unprivileged uid of its own (leased per
+  episode folder: :func:`lease_uid`), which owns the folder: given to it once, when the folder is
+  made (:meth:`Sandbox.adopt`), never re-owned by a walk;
+* limits that hold against hostile code: the tree in a cgroup of its own where one can be made
+  (``cgroup.py``: one memory limit and process cap for all of it, and a kill nothing escapes);
+  wall-clock timeout (the whole tree dies: cgroup, process group and PID namespace, every process
+  of its uid, in a ``finally``), RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE per file, RLIMIT_NPROC, a disk
+  quota for the whole folder (allocated blocks, folders, unlinked-open files and an entry cap,
+  checked every 20-500 ms while the snippet runs: over it, the tree is killed and what the run
+  added is removed), and stdout/stderr read with a byte cap as they stream (the worker holds at
+  most ``output_bytes`` per stream, whatever the snippet prints). ``docs/design/sandbox.md`` is
+  the threat model.
 
 The snippet's code goes in on stdin, never through a file it could replace. The host never
-trusts the folder: every file tool and every read of the final report opens paths relative to a
-held folder descriptor, one component at a time, without following links (``O_NOFOLLOW``), and
-only regular files are read (a FIFO or device planted by a snippet is refused, not opened).
+acts by path on the folder: every file tool, walk, removal and read of the final report opens
+paths relative to a held folder descriptor, one component at a time, without following links
+(``O_NOFOLLOW``; ``engine/fdtree.py``), and only regular files are read (a FIFO or device planted
+by a snippet is refused, not opened).
 
 ``isolation="audit_unsafe"`` (``agent.sandbox=audit_unsafe``) runs the snippet with an audit hook
 alone: it stops a model's mistakes, not a hostile model (one line can switch it off). It exists only
@@ -53,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from engine import fdtree
-from typing import IO, Any
+from typing import IO, Any, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -399,25 +405,31 @@ def lease_uid(root: Path) -> tuple[int, int]:
     raise RuntimeError(f"sandbox: every uid of {UIDS.start}-{UIDS.stop - 1} is held by a live sandbox")
 
 
+def _pids_of(uid: int, corpses: bool = True) -> list[int]:
+    """The processes of ``uid`` now (zombies too unless ``corpses`` is False)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                if not corpses:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        if f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
+                            continue
+                out.append(int(name))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
 def kill_uid(uid: int, timeout_s: float = 5.0) -> int:
     """SIGKILL every process of ``uid`` (an episode folder's own: nothing else runs as it) until
-    none is left; returns how many were killed. Only for a root worker's sandbox uids."""
+    none is left alive; returns how many were killed. Only for a root worker's sandbox uids."""
     assert uid != 0 and uid != os.getuid(), "kill_uid is for a sandbox's own uid"
     killed = 0
     deadline = time.monotonic() + timeout_s
-    while True:
-        pids = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.stat(f"/proc/{name}").st_uid == uid:
-                        with open(f"/proc/{name}/stat", "rb") as f:
-                            if f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):   # not a corpse
-                                pids.append(int(name))
-                except (OSError, IndexError):
-                    pass
-        if not pids or time.monotonic() > deadline:
-            return killed
+    while (pids := _pids_of(uid, corpses=False)) and time.monotonic() <= deadline:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -425,18 +437,17 @@ def kill_uid(uid: int, timeout_s: float = 5.0) -> int:
             except ProcessLookupError:
                 pass
         time.sleep(0.01)
+    return killed
 
 
 def _procs_of(uid: int) -> int:
     """Processes (and threads) of ``uid`` now: RLIMIT_NPROC counts them all."""
     n = 0
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
-                    n += len(os.listdir(f"/proc/{pid}/task"))
-            except OSError:
-                pass
+    for pid in _pids_of(uid):
+        try:
+            n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
     return n
 
 
@@ -729,7 +740,7 @@ class Sandbox:
                 break
         return out
 
-    def usage(self, pids: list[int] = ()) -> fdtree.Usage:  # type: ignore[assignment]
+    def usage(self, pids: Sequence[int] = ()) -> fdtree.Usage:
         """What the folder holds on disk (allocated blocks, folders included, up to the entry
         cap), plus files of the folder's file system that ``pids`` hold open after they were
         deleted (their blocks stay allocated until closed)."""
@@ -749,10 +760,6 @@ class Sandbox:
                     u.inodes.add(key)
                     u.bytes += st.st_blocks * 512
         return u
-
-    def total_bytes(self) -> int:
-        """What the folder holds (allocated blocks of files and folders), without following links."""
-        return self.usage().bytes
 
     def _remove(self, rel: str) -> None:
         """Remove an entry (a folder with what it holds), through descriptors."""
