@@ -54,8 +54,15 @@ class Results:
         self.store = EpisodeStore(run_dir)
 
     def metrics(self) -> Any:
-        """The metrics table (pyarrow): per configuration and judge, every metric with the counts it is over."""
-        return self.store.metrics()
+        """The metrics table (pyarrow): per configuration and judge, every metric with the counts it is
+        over, in the default view (each plan's failure policy, every judge), as ``dateline tables`` and
+        the report read it; computed from the store (the cache ``dateline run`` wrote while it is current)."""
+        import pyarrow as pa
+
+        from engine.metric_table import metric_table
+        from engine.storage import METRIC_SCHEMA
+
+        return pa.Table.from_pylist(metric_table(self.store), schema=METRIC_SCHEMA)
 
     def episodes(self, **where: Any) -> Any:
         """Episodes (pyarrow), deduplicated; ``where``: ``config_hash=``, ``benchmark=``, ``ok_only=`` ..."""

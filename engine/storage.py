@@ -165,6 +165,8 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("note", pa.string()),           # what else a reader must know (e.g. who wrote the checklists)
 ]
 METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)
+# the Parquet metadata key of the stored metrics table: what its rows were computed from
+METRIC_KEY = "dateline.key"
 
 _JUDGEMENT_FIELDS: list[pa.Field[Any]] = [
     pa.field("episode_id", pa.string(), nullable=False),
@@ -1006,8 +1008,44 @@ class EpisodeStore(_ShardedDir):
                                 first["task_set"] or "", first["score_failures"] or "", first["evaluation"] or "")
         return out
 
-    def write_metrics(self, rows: list[dict[str, Any]]) -> Path | str:
-        return self._write(pa.Table.from_pylist(rows, schema=METRIC_SCHEMA), "metrics", "metrics.parquet")
+    def write_metrics(self, rows: list[dict[str, Any]], key: str) -> Path | str:
+        """Store the metrics table as a cache of the rows computed under ``key`` (what they were
+        computed from: engine/outcomes.py ``metric_key``); only ``dateline run`` writes it, and a
+        reader uses it only while its key still matches (:meth:`cached_metrics`)."""
+        schema = METRIC_SCHEMA.with_metadata({METRIC_KEY: key})
+        return self._write(pa.Table.from_pylist(rows, schema=schema), "metrics", "metrics.parquet")
+
+    def cached_metrics(self, key: str) -> list[dict[str, Any]] | None:
+        """The stored metrics rows when they were computed under ``key``; None when there are none,
+        they were computed from something else (rows added since, another code version, other
+        flags) or cannot be read (the cache is derived: it is then recomputed, never trusted)."""
+        path = self._path("metrics", "metrics.parquet")
+        try:
+            if self.fs.get_file_info(path).type != pafs.FileType.File:
+                return None
+            meta = pq.read_schema(path, filesystem=self.fs).metadata or {}
+            if meta.get(METRIC_KEY.encode()) != key.encode():
+                return None
+            return _conform(pq.read_table(path, filesystem=self.fs), METRIC_SCHEMA).to_pylist()
+        except (pa.ArrowInvalid, OSError) as e:
+            log.warning("%s: the stored metrics table cannot be read (%s); recomputing", path, e)
+            return None
+
+    def listing_digest(self, subs: Sequence[str]) -> str:
+        """A digest of the final shards of ``subs`` (names and sizes): it changes whenever rows
+        are added, compacted or moved aside."""
+        parts = []
+        for sub in subs:
+            for info in self.fs.get_file_info(pafs.FileSelector(self._path(sub), allow_not_found=True)):
+                if info.type == pafs.FileType.File and info.base_name.startswith("part-"):
+                    parts.append(f"{sub}/{info.base_name}:{info.size}")
+        from engine.config import stable_hash
+
+        return stable_hash(*sorted(parts), n=16)
+
+    def with_fields(self, extra_fields: Iterable[pa.Field[Any]]) -> EpisodeStore:
+        """The same run dir read with another benchmark's episode columns."""
+        return EpisodeStore(self.base, extra_fields, filesystem=self.fs, local_dir=None if self.local else self.root)
 
     @staticmethod
     def _columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
@@ -1131,6 +1169,11 @@ class EpisodeStore(_ShardedDir):
         files = self._files(sub)
         if len(files) <= 1:
             return
+        # every column any shard has: a run dir holds several benchmarks' episodes, each with its
+        # own columns, and this store object knows one benchmark's (compacting through its schema
+        # alone would drop the others')
+        shard_schemas = self._map(lambda f: pq.read_schema(f, filesystem=self.fs), files)
+        schema = pa.unify_schemas([schema, *(x.remove_metadata() for x in shard_schemas)])
         idx = np.asarray(keep(files), dtype=np.int64)
         frags = list(self._dataset(sub, schema, files).get_fragments())
         offsets = np.cumsum([0] + self._map(lambda f: f.count_rows(), frags))

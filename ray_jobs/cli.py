@@ -60,8 +60,10 @@ def parser() -> argparse.ArgumentParser:
     hydra_cmd("analyst-checklists", "build the missing analyst checklists (one per task, fixed for every system and "
               "judge) with the configured judge")
 
-    m = sub.add_parser("metrics", help="recompute a run dir's metrics table (one set per judge) and print it",
-                       description="Recompute the metrics table of RUN_DIR from its Parquet, one set per judge.")
+    m = sub.add_parser("metrics", help="compute a run dir's metrics (one set per judge) and print them",
+                       description="Compute the metrics of RUN_DIR from its Parquet, one set per judge, and print "
+                                   "them. The flags change this output only: nothing is written, and `dateline "
+                                   "tables`, the report and the API keep the default view.")
     m.add_argument("run_dir")
     m.add_argument("benchmark")
     m.add_argument("--judge", help="keep one judge: its id, an id prefix or its model name")
@@ -276,13 +278,12 @@ def _require_run_dir(path: str, table: str = "episodes") -> None:
 
 
 def metrics(a: argparse.Namespace) -> int:
-    """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: recompute and print
-    a run's metrics table."""
+    """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: compute and print
+    a run's metrics table under these flags (nothing is written)."""
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
     from engine.outcomes import n_cell
     from engine.progress import table
-    from engine.runlock import RunDirLock
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
 
@@ -298,8 +299,8 @@ def metrics(a: argparse.Namespace) -> int:
     _require_run_dir(a.run_dir)
     bench = get_benchmark(a.benchmark)
     store = EpisodeStore(a.run_dir, bench.episode_fields)
-    with RunDirLock(a.run_dir, "dateline metrics"):        # it writes the metrics table
-        rows = reduce_metrics(store, a.benchmark, judge, policy)
+    # computed, printed, never stored: the flags change this output only (engine/metric_table.py)
+    rows = reduce_metrics(store, a.benchmark, judge, policy)
     mine = [r for r in rows if r.get("scope") == "all"]
     sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n", "scored/planned"],
                            [(r["model"], r["config_hash"],
@@ -426,40 +427,24 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
 
 
 def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
-    """Print (and write next to the metrics, as tables.md) every table the benchmarks of a run
-    directory define, from its metrics Parquet: one set per judge, compared configurations on the
-    tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked."""
-    import json
-
-    from engine.benchmarks import get_benchmark
-    from engine.judges import SELF_JUDGED
-    from engine.outcomes import table_rows
+    """Print every table the benchmarks of a run directory define, in the default view (each
+    plan's failure policy, every judge: engine/metric_table.py; the cache ``dateline run`` wrote
+    while it is current, else recomputed): one set per judge, compared configurations on the
+    tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked.
+    It writes nothing (``dateline run`` writes ``metrics/tables.md``)."""
+    from engine.metric_table import metric_table, store_benchmarks, tables_markdown
     from engine.storage import EpisodeStore
 
     _require_run_dir(run_dir)
     store = EpisodeStore(run_dir)
-    rows = store.metrics().to_pylist()
-    names = [benchmark] if benchmark else sorted({r["benchmark"] for r in rows})
-    if not rows:
-        sys.stderr.write(f"{run_dir}: no metrics yet (run `dateline metrics RUN_DIR BENCHMARK` after a run)\n")
+    have = store_benchmarks(store)
+    if benchmark is not None and benchmark not in have:
+        raise CliError(f"{run_dir} has no {benchmark} episodes (it has: {', '.join(have) or 'none'})")
+    names = [benchmark] if benchmark else have
+    if not names:
+        sys.stderr.write(f"{run_dir}: no episodes yet\n")
         return 1
-    out = []
-    for name in names:
-        mine = [r for r in rows if r["benchmark"] == name]
-        for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
-            these, notes = table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
-            bench = get_benchmark(name)
-            notes += sorted({f"**{w}** ({r['model']} [{r['config_hash'][:8]}])" for r in these
-                             for w in bench.config_warnings(json.loads(r["agent"] or "{}"))})
-            by = f" (judge {judge})" if judge else " (no judge)"
-            warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
-                    if any(r["self_judged"] for r in these) else "")
-            below = "".join(f"\n{n}\n" for n in notes)
-            for title, md in get_benchmark(name).tables(these).items():
-                out.append(f"## {name} {title}{by}\n\n{warn}{md}\n{below}")
-    text = "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"
-    store.write_text("metrics/tables.md", text)
-    sys.stdout.write(text)
+    sys.stdout.write(tables_markdown(metric_table(store, names), names, all_tasks))
     return 0
 
 

@@ -31,7 +31,7 @@ from engine.hosting.weights import weights_id, weights_identity
 from engine.hosting.vllm_server import planned_dtype
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, evaluation_settings, judged_views, self_judged_note
-from engine import outcomes
+from engine import metric_table, outcomes
 from engine.outcomes import Planned, task_set
 from engine.llm import SamplingParams
 from engine.paths import repo_path
@@ -374,14 +374,17 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         for p in points.values():
             if p.ledger is ledger:
                 p.info["budget"] = ledger.record(ledger.final, p.plan.config_hash)
-    # metrics once per run dir and benchmark, over everything in the store
-    reduced: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    # metrics once per run dir, of every benchmark in it (the default view, stored as the cache
+    # every reader checks against the store: engine/metric_table.py), and its tables
+    reduced: dict[str, list[dict[str, Any]]] = {}
     for p in points.values():
-        k = (str(p.plan.run_dir), p.bench.name)
+        k = str(p.plan.run_dir)
         if k not in reduced:
-            reduced[k] = reduce_metrics(p.store, p.bench.name)
             if p.cfg.run.compact:
                 p.store.compact()
+            reduced[k] = metric_table.refresh(p.store)
+            names = sorted({r["benchmark"] for r in reduced[k]})
+            p.store.write_text("metrics/tables.md", metric_table.tables_markdown(reduced[k], names))
     for p in points.values():
         info = p.info
         info["wall_s"] = time.time() - t0
@@ -395,7 +398,7 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         model = p.cfg.model.name if p.uses_model else "none"
         out = sys.stdout                     # results on stdout, logs on stderr
         out.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
-        out.write(summary(reduced[(str(p.plan.run_dir), p.bench.name)], p.plan.config_hash) + "\n")
+        out.write(summary(reduced[str(p.plan.run_dir)], p.plan.config_hash) + "\n")
         for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
             out.write(f"**{w}**\n")
         f = info["failures"]
@@ -1030,7 +1033,7 @@ def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:
 def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None,
                    score_failures: str | None = None,
                    evaluation: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The metrics table of ``benchmark`` in ``store``, rewritten whole (engine/outcomes.py): each
+    """The metrics rows of ``benchmark`` in ``store``, computed (engine/outcomes.py), never stored: each
     configuration once per judge that judged it (never a blend of judges, nor of evaluation
     settings), or once with no judge; over its plan (scope all) and, where configurations are
     compared, over the tasks all of them finished (scope common); every row with the counts it
@@ -1038,9 +1041,7 @@ def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None
     overrides the policy each plan recorded; ``evaluation`` (config hash -> settings) scores
     unjudged views under a run's own settings."""
     bench = get_benchmark(benchmark)
-    rows = outcomes.reduce_store(store, bench, judge, score_failures, evaluation)
-    store.write_metrics(rows)
-    return rows
+    return outcomes.reduce_store(store, bench, judge, score_failures, evaluation)
 
 
 def summary(rows: list[dict[str, Any]], config_hash: str) -> str:

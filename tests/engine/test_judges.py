@@ -56,7 +56,9 @@ def test_metrics_are_computed_per_judge_never_blended(tmp_path):
     acc = {r["judge_model"]: r["value"] for r in rows if r["metric"] == "accuracy"}
     assert acc == {"strict-judge": 0.0, "lenient-judge": 1.0}        # two sets, each one judge's
     assert all(r["judge"] for r in rows) and not any(r["self_judged"] for r in rows)
-    table = store.metrics().to_pylist()
+    from dateline import results
+
+    table = results(str(store.root)).metrics().to_pylist()      # what every reader gets: both judges
     assert {r["judge_model"] for r in table} == {"strict-judge", "lenient-judge"}
     # one judge selected at metrics time, by model name or id prefix
     only = reduce_metrics(store, "livenews", judge="lenient-judge")

@@ -124,6 +124,23 @@ def test_compact_keeps_rows_and_is_idempotent(tmp_path):
     assert store.steps().num_rows == n_steps
 
 
+def test_compacting_a_run_dir_of_two_benchmarks_keeps_each_ones_columns(tmp_path):
+    """A run dir holds newsagent and livenews episodes; compacting it through the newsagent store
+    (as ``dateline run`` of a newsagent point does) keeps the livenews columns it does not know."""
+    from engine.benchmarks.livenews import BENCHMARK as LIVE
+
+    news = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    live = EpisodeStore(tmp_path, LIVE.episode_fields)
+    live.write_batch([ep("l1", benchmark="livenews", n_searches=3)], [st("l1", 0)])
+    news.write_batch([ep("n1", n_insert=2)], [st("n1", 0)])
+    news.compact()
+    assert len(list((tmp_path / "episodes").glob("*.parquet"))) == 1
+    (row,) = live.episodes(benchmark="livenews").to_pylist()
+    assert row["n_searches"] == 3
+    (row,) = news.episodes(benchmark="newsagent").to_pylist()
+    assert row["n_insert"] == 2
+
+
 def test_interrupted_compaction_leaves_no_duplicates(tmp_path):
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     for i in range(3):

@@ -95,8 +95,9 @@ def test_write_read_resume_compact_on_s3(s3_env, tmp_path):
     steps = store.steps(["episode_id", "raw_output"], episode_ids=["e1"]).to_pylist()
     assert [s["raw_output"] for s in steps] == ["second try", "second try"]
 
-    store.write_metrics([{"benchmark": "newsagent", "metric": "m", "value": 1.0, "n": 3}])
+    store.write_metrics([{"benchmark": "newsagent", "metric": "m", "value": 1.0, "n": 3}], "k1")
     assert store.metrics().to_pylist()[0]["value"] == 1.0
+    assert store.cached_metrics("k1")[0]["value"] == 1.0 and store.cached_metrics("k2") is None
     store.write_judgements([{"episode_id": "e1", "judge": "j:1", "key": "grade", "value": "A", "ok": True}])
     store.write_judgements([{"episode_id": "e1", "judge": "j:1", "key": "grade", "value": "B", "ok": True}])
     assert store.judgements("j:1") == {"e1": {"grade": "B"}}
