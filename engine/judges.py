@@ -8,8 +8,9 @@ and a derived judgement (analyst claim verdicts) always comes from the judge tha
 judgement it depends on (the claims), because the stage only ever sees one judge's results.
 
 A judge is *self-judged* for a configuration when the judging model is the model under test,
-decided by the weights (``engine.hosting.weights.weights_id``: the same folder content, or the
-same endpoint and served model), not by the name: those numbers say what the model thinks of
+decided by what it is (:func:`same_model` over ``engine.hosting.weights.weights_id``: the same
+folder content, or the same weights reported by the endpoint wherever it is served; the name
+only when that cannot be told), not by the URL: those numbers say what the model thinks of
 itself, not what it is worth, and every place that shows them says so. Self-judging happens only
 when asked for (``judge=self``); the default is no judge.
 
@@ -25,7 +26,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from engine.config import stable_hash
 
@@ -62,20 +63,23 @@ def judge_identity(cfg: Any, prompt_version: str = "", *extra: Any,
     ``judge.hosted_model`` when set, else ``cfg.model`` (``self``, or a pairwise ``hosted``
     judge); ``extra`` adds what else changes its answers (e.g. constrained decoding) to the id,
     ``evaluation`` the benchmark's evaluation settings."""
-    from engine.config import judge_model_config
-    from engine.hosting.weights import weights_id
+    from engine.config import ModelConfig, judge_model_config
+    from engine.hosting.weights import hosted_hash, weights_id
 
     j = cfg.judge
     m = judge_model_config(cfg.model, j)
     if m is not None:
         model = m.name
+        # the id keeps hashing what it always did (judgements stay keyed as before)
         ident: dict[str, Any] = {"served": m.served_name or m.name, "path": m.path, "base_url": m.base_url,
-                                 "weights": weights_id(m)}
+                                 "weights": hosted_hash(m) if m.kind == "vllm" else weights_id(m)}
         weights = weights_id(m)
     else:
         model = j.model
         ident = {"model": j.model, "base_url": j.base_url}
-        weights = stable_hash({"base_url": j.base_url.rstrip("/"), "served": j.model}, n=12)
+        # what the judge's endpoint serves, asked as for a model under test (engine/hosting/weights.py)
+        weights = weights_id(ModelConfig(name=j.model, kind="openai_compatible", base_url=j.base_url,
+                                         api_key_env=j.api_key_env))
     prompt = [{"prompt": prompt_version}] if prompt_version else []    # ids made before prompt versions stay valid
     settings = [{"evaluation": evaluation}] if evaluation else []
     name = j.name or model
@@ -123,14 +127,32 @@ def matches(judge_id: str, info: dict[str, str], select: str) -> bool:
     return judge_id == select or judge_id.startswith(select) or info.get("model") == select
 
 
+def same_model(judge_weights: str | None, judge_names: Iterable[str], model_weights: Iterable[str | None],
+               model_names: Iterable[str]) -> bool:
+    """Whether a judge is one of the models (engine/hosting/weights.py ``weights_id``): the same
+    weights id; or, unless both sides are ids of one strong kind (two hosted fingerprints, or two
+    endpoints that reported what they serve) that differ, the same name. So a judge on another
+    URL, port or replica of the server under test is caught by what the server reports, and one
+    whose endpoint cannot say is caught by its name, as before weights ids existed."""
+    from engine.hosting.weights import HOSTED, NAMED, SERVED
+
+    def bare(w: str) -> str:
+        return next((w[len(p):] for p in (HOSTED, SERVED, NAMED) if w.startswith(p)), w)
+
+    jw = judge_weights or ""
+    mws = {w for w in model_weights if w}
+    if jw and bare(jw) in {bare(w) for w in mws}:
+        return True
+    for strong in (HOSTED, SERVED):
+        if jw.startswith(strong) and mws and all(w.startswith(strong) for w in mws):
+            return False
+    return bool({n for n in judge_names if n} & {n for n in model_names if n})
+
+
 def is_self_judged(judge_info: dict[str, str], rows: list[dict[str, Any]]) -> bool:
-    """The judge is the model under test: the same weights id (any row's; rows and judgements
-    written before weights ids fall back to the model name)."""
-    weights = {r.get("weights_id") for r in rows} - {None, ""}
-    jw = judge_info.get("weights")
-    if jw and weights:
-        return jw in weights
-    return judge_info.get("model", "") in {r["model"] for r in rows}
+    """The judge is the model under test (:func:`same_model`: weights ids, then names)."""
+    return same_model(judge_info.get("weights"), [judge_info.get("model", "")], [r.get("weights_id") for r in rows],
+                      [r["model"] for r in rows])
 
 
 def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[str, str | None]]],

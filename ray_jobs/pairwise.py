@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import Config, ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
-from engine.judges import judge_identity
+from engine.judges import judge_identity, same_model
 from engine.errors import ConfigError
 from engine.pairwise import REFERENCE, Comparison, labels, plan
 from engine.protocol import Benchmark, JudgeRequest, PairwiseSpec
@@ -73,7 +73,7 @@ def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, 
                 continue
             sid = f"{r['model']}:{r['config_hash'][:8]}"
             systems.setdefault(sid, {"system_id": sid, "model": r["model"], "config_hash": r["config_hash"],
-                                     "run_dir": str(root), "agent": r["agent"]})
+                                     "run_dir": str(root), "agent": r["agent"], "weights_id": r["weights_id"] or ""})
             data_by_system.setdefault(sid, r["data"] or "")
             key = (sid, r["task_id"])
             counts["other_seeds"] += key in best
@@ -163,8 +163,11 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
     info: dict[str, Any] = {"systems": len(systems), "comparisons": len(comps), "new_comparisons": len(new),
                             "skipped_pairs": len(skipped), "episodes": counts, "judge": judge_id,
                             "judge_model": judge.model, "requests": len(requests),
-                            # the judge's model is one of the compared systems: it judges pairs it is in
-                            "self_judged": judge.model in {s["model"] for s in systems}}
+                            # the judge's model is one of the compared systems (by what it serves, then
+                            # by name: engine/judges.py same_model): it judges pairs it is in
+                            "self_judged": same_model(judge.weights, [judge.model],
+                                                      [s.get("weights_id") for s in systems],
+                                                      [s["model"] for s in systems])}
     log.info("%d systems, %d comparisons (%d new), %d pair-tasks skipped (missing text), %d verdicts to judge",
              len(systems), len(comps), len(new), len(skipped), len(requests))
     own = session is None

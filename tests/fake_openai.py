@@ -19,8 +19,11 @@ Responder = Callable[[list[dict[str, Any]], dict[str, Any]], "str | tuple[int, s
 
 
 class FakeOpenAI:
-    def __init__(self, responder: Responder, delay_s: float = 0.0, port: int = 0) -> None:
+    def __init__(self, responder: Responder, delay_s: float = 0.0, port: int = 0,
+                 models: list[dict[str, Any]] | None = None) -> None:
         self.responder = responder
+        # what GET /v1/models lists (vLLM's entries: id, root, max_model_len); None: no model list
+        self.models = models
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str] = []          # each request's Authorization header
@@ -35,6 +38,9 @@ class FakeOpenAI:
 
             def do_GET(self) -> None:
                 body = b'{"status": "ok"}'
+                if outer.models is not None and self.path.rstrip("/").endswith("/models"):
+                    body = json.dumps({"object": "list", "data": [{"object": "model", "owned_by": "vllm", **m}
+                                                                   for m in outer.models]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine import stats
+from engine.judges import same_model
 from engine.benchmarks import get_benchmark
 from engine.cost import Prices, judge_prices
 from engine.pairwise import (CURRENT, NOT_IN_PLAN, REFERENCE, STALE, CurrentPlan, current_texts, outcome,
@@ -247,7 +248,8 @@ def pairwise_section(root: Path, n_boot: int, human: Path | None,
     protos = []
     for v in load_verdicts(store, current):
         jmodel = judges.get(v.judge, {}).get("model", "")
-        self_judged = bool(jmodel) and jmodel in {s["model"] for s in systems}
+        self_judged = bool(jmodel) and same_model(judges.get(v.judge, {}).get("weights"), [jmodel],
+                                                  [s.get("weights_id") for s in systems], [s["model"] for s in systems])
         protos.append(protocol_section(v, [label.get(i, i) for i in v.systems()], jmodel if self_judged else "",
                                        n_boot, human))
     return PairwiseSection(root, systems, judging_cost(store.run_infos("pairwise-"), prices), protos, current)

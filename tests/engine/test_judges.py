@@ -227,3 +227,38 @@ def test_report_sign_tests_are_per_pair_and_holm_adjusted(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| x | y | 6 - 0 |"))
     assert row.split("|")[5].strip() == "0.0312" and row.split("|")[6].strip() == "0.0938"   # 3 x 0.03125
     assert "SELF-JUDGED" not in md                     # the judge's model is none of the systems'
+
+
+def test_same_model_decides_by_what_a_server_serves_then_by_name():
+    from engine.judges import same_model
+
+    # one server's two replicas (or any two URLs of it): the same srv id, whatever the names
+    assert same_model("srv:abc", ["grader"], ["srv:abc"], ["scripted"])
+    # two servers that reported different weights: not the same, even under one name
+    assert not same_model("srv:abc", ["m"], ["srv:def"], ["m"])
+    # two hosted fingerprints that differ: not the same
+    assert not same_model("fp:abc", ["m"], ["fp:def"], ["m"])
+    # an endpoint that could not say (name:), rows from before weights ids were prefixed, or two
+    # kinds of id: the names decide, as before weights ids existed
+    assert same_model("name:x", ["m"], ["srv:def"], ["m"]) and not same_model("name:x", ["j"], ["srv:d"], ["m"])
+    assert same_model("0123abcd", ["m"], ["4567ef01"], ["m"])
+    assert same_model("fp:abc", ["m"], ["abc"], ["other"])          # the same hash, before and after the prefix
+    assert same_model("srv:abc", ["m"], ["fp:def"], ["m"])
+
+
+def test_served_model_asks_every_endpoint_and_refuses_a_mixed_fleet():
+    from engine.errors import ConfigError
+    from engine.hosting.weights import served_model
+    from tests.fake_openai import FakeOpenAI
+
+    listing = [{"id": "m", "root": "/models/qwen", "max_model_len": 8192}]
+    with FakeOpenAI(lambda m, r: "", models=listing) as a, FakeOpenAI(lambda m, r: "", models=listing) as b, \
+            FakeOpenAI(lambda m, r: "", models=[{"id": "m", "root": "/models/other"}]) as c, \
+            FakeOpenAI(lambda m, r: "") as silent:
+        s = served_model((a.base_url, b.base_url), "m")
+        assert (s.root, s.max_model_len) == ("/models/qwen", 8192)
+        assert served_model((a.base_url,), "absent") is None          # the name is not listed
+        assert served_model((silent.base_url,), "m") is None            # no model list
+        with pytest.raises(ConfigError, match="serve different models"):
+            served_model((a.base_url, c.base_url), "m")
+    assert served_model(("http://127.0.0.1:9/v1",), "m") is None        # unreachable

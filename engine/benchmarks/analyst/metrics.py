@@ -44,6 +44,7 @@ import numpy as np
 from engine.benchmarks.analyst import claims as claim_chunks
 from engine.benchmarks.analyst import scoring
 from engine.benchmarks.analyst.config import row_config
+from engine.judges import same_model
 from engine.outcomes import n_cell
 from engine.protocol import MetricRow
 
@@ -181,9 +182,8 @@ def aggregate(rows: list[dict[str, Any]], tasks: Callable[..., dict[str, Any]],
     authors = Counter(s["checklist_by"] for s in scores if s["checklist_by"])
     out += [MetricRow(f"checklist_by:{a}", c / n, n) for a, c in sorted(authors.items())]
     if authors:
-        own = sum(1 for r, s in zip(rows, scores) if s["checklist_by"] and (
-            (s["checklist_by_weights"] and s["checklist_by_weights"] == r.get("weights_id"))
-            or s["checklist_by"] == r["model"]))
+        own = sum(1 for r, s in zip(rows, scores) if s["checklist_by"] and same_model(
+            s["checklist_by_weights"], [s["checklist_by"]], [r.get("weights_id")], [r["model"]]))
         out.append(MetricRow("checklist_self_written", own / n, n))
     return out
 
