@@ -157,12 +157,16 @@ def is_self_judged(judge_info: dict[str, str], rows: list[dict[str, Any]]) -> bo
 
 def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[str, str | None]]],
                  judges: dict[str, dict[str, str]], select: str | None = None,
-                 evaluation: dict[str, Any] | None = None) -> list[JudgedView]:
-    """The rows of one configuration, once per judge that judged any of them (sorted by id), or
-    once with no judgements when none did (its rows get ``evaluation``). ``select`` keeps one
-    judge (see :func:`matches`); a configuration judged only by others then gives no view."""
+                 evaluation: dict[str, Any] | None = None,
+                 also: dict[str, dict[str, str]] | None = None) -> list[JudgedView]:
+    """The rows of one configuration, once per judge that judged any of them and per judge in
+    ``also`` (judges of the configurations it is compared with: ``{id: info}``; they see it with no
+    judgements), sorted by id, or once with no judgements when there is none (its rows get
+    ``evaluation``). ``select`` keeps one judge (see :func:`matches`); a configuration judged only
+    by others then gives no view."""
     eids = {r["episode_id"] for r in rows}
-    present = sorted(j for j, d in by_judge.items() if eids & d.keys())
+    present = sorted({j for j, d in by_judge.items() if eids & d.keys()} | set(also or {}))
+    judges = {**(also or {}), **judges}
     if not present:
         ev = dict(evaluation or {})
         return [JudgedView("", "", False, [dict(r, judgements={}, judge="", evaluation=ev) for r in rows], ev)]
@@ -174,7 +178,8 @@ def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[
         jm = info.get("model") or j.rsplit(":", 1)[0]
         ev = json.loads(info["evaluation"]) if info.get("evaluation") else dict(evaluation or {})
         out.append(JudgedView(j, jm, is_self_judged({**info, "model": jm}, rows),
-                              [dict(r, judgements=by_judge[j].get(r["episode_id"], {}), judge=j, evaluation=ev)
+                              [dict(r, judgements=by_judge.get(j, {}).get(r["episode_id"], {}), judge=j,
+                                    evaluation=ev)
                                for r in rows], ev))
     return out
 

@@ -34,12 +34,13 @@ checklist's floor of 20 %, ...), and which metrics need a judge (``judge_metrics
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.protocol import MetricRow, Row
 
@@ -268,8 +269,12 @@ def dataset_key(bench: Any, data_json: str | None) -> str:
     return json.dumps({k: v for k, v in d.items() if k not in drop}, sort_keys=True, default=str)
 
 
-def common_note(n_common: int, dropped: int, n_configs: int) -> str:
-    """The sentence under a table computed on common tasks."""
+def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:
+    """The sentence under a table computed on common tasks (``n_common`` 0: under a comparison
+    that falls back to each configuration's own plan; ``n_none`` of them finished no task)."""
+    if n_common == 0:
+        return (f"No task was finished by every one of the {n_configs} compared configurations ({n_none} finished "
+                "none): each configuration is shown over its own plan.")
     if dropped == 0:
         return (f"All {n_configs} configurations are compared on the same {n_common} task(s); none was "
                 "dropped.")
@@ -313,12 +318,32 @@ def config_hashes(store: Any, bench: Any) -> list[str]:
     return sorted(pc.unique(t["config_hash"]).to_pylist()) if t.num_rows else []
 
 
+def family_judges(store: Any, bench: Any) -> dict[str, dict[str, dict[str, str]]]:
+    """Per dataset (:func:`dataset_key`), the judges that judged any of its configurations'
+    episodes: ``{dataset key: {judge id: info}}``."""
+    t = store.episodes(["episode_id", "config_hash", "data"], benchmark=bench.name)
+    key_of: dict[str, str] = {}
+    ep_key: dict[str, str] = {}
+    for r in t.to_pylist():
+        ep_key[r["episode_id"]] = key_of.setdefault(r["config_hash"], dataset_key(bench, r["data"]))
+    info = store.judges()
+    out: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
+    for j, eids in store.judged_episodes().items():
+        for k in {ep_key[e] for e in eids if e in ep_key}:
+            out[k][j] = info.get(j, {})
+    return dict(out)
+
+
 def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any], judge: str | None = None,
-             score_failures: str | None = None, evaluation: Mapping[str, dict[str, Any]] | None = None
-             ) -> list[ConfigView]:
+             score_failures: str | None = None, evaluation: Mapping[str, dict[str, Any]] | None = None,
+             family: Callable[[], Mapping[str, dict[str, dict[str, str]]]] | None = None) -> list[ConfigView]:
     """One configuration of ``store`` once per judge that judged it (or once with no judge), read
     on its own: its episodes and its judgements only (both tables are written sorted by
-    configuration, so the other configurations' row groups are skipped, not read)."""
+    configuration, so the other configurations' row groups are skipped, not read). A configuration
+    with nothing scored (every episode failed or was stopped by the budget: no judge had anything
+    to judge) is seen by the judges of its dataset (``family()``: :func:`family_judges`, read only
+    when such a configuration is met), so it
+    stays in their tables at its failure-policy value instead of leaving them."""
     from engine.judges import judged_views
 
     eps = store.episodes(benchmark=bench.name, config_hash=config_hash).to_pylist()
@@ -334,10 +359,11 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
         ev = json.loads(sp.evaluation)
     tset = sp.task_set if sp is not None and sp.task_set else task_set(plan_of(eps, None))
     first = eps[0]
+    key = dataset_key(bench, first["data"])
+    also = family().get(key) if family is not None and not any(outcome(r) == SCORED for r in eps) else None
     return [ConfigView(config_hash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
-                       v.judge_model, v.self_judged, v.rows, planned, policy, tset,
-                       json.dumps([v.judge, dataset_key(bench, first["data"])]))
-            for v in judged_views(eps, by_judge, judges, judge, ev)]
+                       v.judge_model, v.self_judged, v.rows, planned, policy, tset, json.dumps([v.judge, key]))
+            for v in judged_views(eps, by_judge, judges, judge, ev, also)]
 
 
 def config_views(store: Any, bench: Any, judge: str | None = None, score_failures: str | None = None,
@@ -350,8 +376,9 @@ def config_views(store: Any, bench: Any, judge: str | None = None, score_failure
     holds one configuration at a time."""
     with store.snapshot():      # listings and footers read once for every configuration's reads
         plans = store.plans()
+        family = functools.cache(lambda: family_judges(store, bench))
         return [v for c in config_hashes(store, bench)
-                for v in views_of(store, bench, c, plans, judge, score_failures, evaluation)]
+                for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family)]
 
 
 def families(views: Sequence[ConfigView]) -> dict[str, list[ConfigView]]:
@@ -384,10 +411,14 @@ def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
     for members in families(views).values():
         if len(members) < 2:
             continue
-        common = common_tasks([(v.rows, v.planned) for v in members])
+        done = [finished_tasks(v.rows, v.planned) for v in members]
+        common = set.intersection(*done)
         union = set().union(*(planned_tasks(v.rows, v.planned) for v in members))
-        text = common_note(len(common), len(union - common), len(members))
+        text = common_note(len(common), len(union - common), len(members), sum(not d for d in done))
         for v in members:
+            if not common:          # nothing to compare on: each over its own plan, said so
+                out += _emit(bench, v, v.planned, COMMON, 0, text)
+                continue
             out += _emit(bench, v, restrict(v.rows, v.planned, common), COMMON,
                          len(planned_tasks(v.rows, v.planned) - common), text)
     return out
@@ -409,12 +440,13 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
                   evaluation: Mapping[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
     plans = store.plans()
     hashes = config_hashes(store, bench)
+    family = functools.cache(lambda: family_judges(store, bench))
     out: list[dict[str, Any]] = []
     # per view: its rows over its own plan (kept: a view whose planned tasks every member of its
     # family finished has the same numbers over the common tasks) and its task sets
     fam: dict[str, list[tuple[str, str, set[str], set[str], list[dict[str, Any]]]]] = defaultdict(list)
     for c in hashes:
-        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation):
+        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             rows = _emit(bench, v, v.planned, ALL, 0, "")
             out += rows
             fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
@@ -423,19 +455,20 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     if not multi:
         return out
     common = {f: set.intersection(*(x[2] for x in m)) for f, m in multi.items()}
-    texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m))
-             for f, m in multi.items()}
+    texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m),
+                            sum(not x[2] for x in m)) for f, m in multi.items()}
     by_family: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {f: {} for f in multi}
     again: set[str] = set()
     for f, m in multi.items():
         for c, j, _, planned, rows in m:
-            if planned <= common[f]:        # nothing of its plan is cut: the same numbers, another scope
+            if planned <= common[f] or not common[f]:   # nothing of its plan is cut (or nothing to compare
+                # on: each over its own plan): the same numbers, another scope
                 by_family[f][(c, j)] = [dict(r, scope=COMMON, tasks_dropped=0,
                                              note=" ".join(x for x in (texts[f], r["note"]) if x)) for r in rows]
             else:
                 again.add(c)
     for c in (h for h in hashes if h in again):     # re-read: only configurations with tasks to cut
-        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation):
+        for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             if v.family in multi and (c, v.judge) not in by_family[v.family]:
                 by_family[v.family][(c, v.judge)] = _emit(
                     bench, v, restrict(v.rows, v.planned, common[v.family]), COMMON,

@@ -846,6 +846,15 @@ class _ShardedDir:
                 out[jid]["weights"] = r["judge_weights"]
         return out
 
+    def judged_episodes(self) -> dict[str, set[str]]:
+        """Per judge id, the episodes it has any judgement row for (one read of two columns)."""
+        t = self._read("judgements", JUDGEMENT_SCHEMA, ["judge", "episode_id"])
+        out: dict[str, set[str]] = {}
+        for r in t.group_by(["judge", "episode_id"]).aggregate([]).to_pylist():
+            if r["judge"]:
+                out.setdefault(r["judge"], set()).add(r["episode_id"])
+        return out
+
     def judgement_rows(self, columns: Sequence[str] | None = None, *, judge: str | None = None,
                        ok: bool | None = None, episode_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Judgement rows as written (every attempt's summary, all judges), optionally only

@@ -272,10 +272,12 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         if all_tasks or len(fam) < 2:
             scoped += [(v, v.planned) for v in fam]
             continue
-        common = outcomes.common_tasks([(v.rows, v.planned) for v in fam])
+        done = [outcomes.finished_tasks(v.rows, v.planned) for v in fam]
+        common = set.intersection(*done)
         union = set().union(*(outcomes.planned_tasks(v.rows, v.planned) for v in fam))
-        notes.append(outcomes.common_note(len(common), len(union - common), len(fam)))
-        scoped += [(v, outcomes.restrict(v.rows, v.planned, common)) for v in fam]
+        notes.append(outcomes.common_note(len(common), len(union - common), len(fam), sum(not d for d in done)))
+        # no task every configuration finished: each over its own plan (the note says so)
+        scoped += [(v, outcomes.restrict(v.rows, v.planned, common) if common else v.planned) for v in fam]
     if all_tasks and len(views) > 1:
         notes.append("Each configuration over its own plan (--all-tasks): configurations may cover different "
                      "tasks; failures count as the policy of each says.")
