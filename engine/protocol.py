@@ -285,6 +285,8 @@ class BenchmarkBase:
     data_paths: tuple[str, ...] = ()
     # Metrics that exist only when a judge ran (never produced from "nothing was graded").
     judge_metrics: tuple[str, ...] = ()
+    # Primary metrics where less is better (the report's headline and leaderboards rank by them).
+    lower_is_better: tuple[str, ...] = ()
     metric_order: tuple[str, ...] = ()
     # Version of the agent's prompt text (engine.judges.source_version of its prompts module):
     # part of every episode id, so a prompt edit never mixes into a configuration's results.

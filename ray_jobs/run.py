@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow.compute as pc
 
@@ -32,6 +32,7 @@ from engine.hosting.vllm_server import planned_dtype
 from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.judges import SELF_JUDGED, evaluation_settings, judged_views, self_judged_note
 from engine import metric_table, outcomes
+from ray_jobs import provenance
 from engine.outcomes import Planned, task_set
 from engine.llm import SamplingParams
 from engine.paths import repo_path
@@ -357,11 +358,14 @@ def open_point(pt: Point, closed: str | None = None) -> Point:
     return pt
 
 
-def run_sweep(cfgs: list[Config], session: Session | None = None) -> list[dict[str, Any]]:
+def run_sweep(cfgs: list[Config], session: Session | None = None,
+              command: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every configuration of a sweep as one job: all points planned up front, one queue of
     episodes per model feeding one set of workers, the models that fit hosted at once (waves,
     largest first, when they do not), judging streamed as episodes finish, metrics reduced once
-    at the end. Returns each configuration's run info (in ``cfgs`` order)."""
+    at the end. Returns each configuration's run info (in ``cfgs`` order). ``command``: the
+    command line, for the provenance every run dir records (ray_jobs/provenance.py; default
+    ``sys.argv``)."""
     from contextlib import ExitStack
 
     from engine.runlock import RunDirLock
@@ -370,10 +374,11 @@ def run_sweep(cfgs: list[Config], session: Session | None = None) -> list[dict[s
         # one writer per run dir: a second driver on any of them stops here, naming the holder
         for d in sorted({str(run_dir(c)) for c in cfgs}):
             locks.enter_context(RunDirLock(d, "dateline run"))
-        return _run_sweep(cfgs, session)
+        return _run_sweep(cfgs, session, command)
 
 
-def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, Any]]:
+def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[str] | None = None
+               ) -> list[dict[str, Any]]:
     own = session is None
     session = session or Session()
     t0 = time.time()
@@ -404,6 +409,13 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         for p in points.values():
             if p.ledger is ledger:
                 p.info["budget"] = ledger.record(ledger.final, p.plan.config_hash)
+    # what made these numbers (versions, command, hardware, times): once, into every run dir
+    prov = provenance.collect(cfgs, command, t0, time.time())
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for d, p in {str(p.plan.run_dir): p for p in points.values()}.items():
+        p.store.write_json(f"provenance-{stamp}.json", prov | {"configs": [
+            {"config_hash": q.plan.config_hash, "benchmark": q.bench.name, "model": q.cfg.model.name}
+            for q in points.values() if str(q.plan.run_dir) == d]})
     # metrics once per run dir, of every benchmark in it (the default view, stored as the cache
     # every reader checks against the store: engine/metric_table.py), and its tables
     reduced: dict[str, list[dict[str, Any]]] = {}
@@ -424,6 +436,7 @@ def _run_sweep(cfgs: list[Config], session: Session | None) -> list[dict[str, An
         info["judge_config"] = to_plain(p.cfg.judge)
         info.setdefault("replica_seconds_run", 0.0)
         info["failures"] = failures(p)
+        info["provenance"] = prov
         p.store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.plan.config_hash[:6]}.json", info)
         model = p.cfg.model.name if p.uses_model else "none"
         out = sys.stdout                     # results on stdout, logs on stderr
@@ -1111,12 +1124,13 @@ def hydra_entry() -> None:
         return
     cfgs: list[Config] = []
     infos: list[dict[str, Any]] = []
+    command = ["dateline", "run", *sys.argv[1:]]      # before Hydra adds its search paths to argv
     # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/stopping.py)
     stopping.arm(cfgs)
     signum = 0
     try:
         hydra_main("config", lambda cfg, session: cfgs.append(cfg),
-                   after=lambda session: infos.extend(run_sweep(cfgs, session)))
+                   after=lambda session: infos.extend(run_sweep(cfgs, session, command)))
         stopping.over()
     except BaseException as e:
         if not (signum := stopping.stopped_by(e)):

@@ -26,8 +26,10 @@ from typing import Mapping, Sequence
 
 from engine.cost import Prices, parse_overrides
 from engine.errors import DataError
-from ray_jobs.report.compute_pairwise import load_verdicts, pairwise_section, read_human, sign_tests, stage_summaries
-from ray_jobs.report.compute_runs import cross_run_section, run_sections
+from ray_jobs.report.compute_pairwise import (PairwiseSection, load_verdicts, pairwise_section, read_human, sign_tests,
+                                              stage_summaries)
+from ray_jobs.report.compute_runs import BenchmarkSection, cross_run_section, run_sections
+from ray_jobs.report.headline import headlines, render_headline, render_provenance
 from ray_jobs.report.page import Page
 from ray_jobs.report.plots import plot_names
 from ray_jobs.report.render_pairwise import render_pairwise, summary_text
@@ -47,18 +49,30 @@ def build(paths: Sequence[str | Path], out: Path, n_boot: int = 1000, human: Pat
                                            "comparisons/ folder); nothing was written")
     out.mkdir(parents=True, exist_ok=True)
     page = Page(out)
+    # everything is computed first, then rendered: the summary and provenance lead the page,
+    # then the leaderboards, then each run dir's sections and the pairwise ones
     run_dirs: dict[str, list[Path]] = {}
+    parts: list[BenchmarkSection | PairwiseSection] = []
     for p in map(Path, paths):
         if (p / "comparisons").is_dir():
-            render_pairwise(page, pairwise_section(p, n_boot, human, prices))
+            parts.append(pairwise_section(p, n_boot, human, prices))
         else:
             for section in run_sections(p, n_boot, prices or {}, judge, all_tasks, score_failures):
-                render_benchmark(page, section, episodes)
+                parts.append(section)
                 run_dirs.setdefault(section.name, []).append(p)
     # several run dirs of one benchmark: one table across all their configurations, and a leaderboard
-    for name, roots in run_dirs.items():
-        if len(roots) > 1:
-            render_cross_runs(page, cross_run_section(roots, name, n_boot, judge, all_tasks, score_failures))
+    crosses = [cross_run_section(roots, name, n_boot, judge, all_tasks, score_failures)
+               for name, roots in run_dirs.items() if len(roots) > 1]
+    render_headline(page, headlines([s for s in parts if isinstance(s, BenchmarkSection)]))
+    if run_dirs:
+        render_provenance(page, list(dict.fromkeys(r for roots in run_dirs.values() for r in roots)))
+    for c in crosses:
+        render_cross_runs(page, c)
+    for s in parts:
+        if isinstance(s, BenchmarkSection):
+            render_benchmark(page, s, episodes)
+        else:
+            render_pairwise(page, s)
     return page.write(title)
 
 

@@ -89,6 +89,7 @@ class AnalystBenchmark(BenchmarkBase):
     judge_prompt_version = prompt_version(prompts.CHECKLIST_EVALUATION, prompts.CLAIM_EXTRACTION,
                                           scoring.CLAIM_VERIFICATION)
     primary_metrics = ("checklist_pct", "hallucination_pct")
+    lower_is_better = ("hallucination_pct",)
     per_task_metric = "checklist_pct"
     failure_values = analyst_metrics.FAILURE_VALUES
     judge_metrics = analyst_metrics.JUDGE_METRICS

@@ -1,0 +1,149 @@
+"""The top of the report: what was compared, which is better and how sure, what failed and why,
+then where the numbers come from (provenance). Computed from the same blocks the sections below
+render (``compute_runs``), so the headline never says a number the page does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine import outcomes
+from engine.benchmarks import get_benchmark
+from engine.judges import SELF_JUDGED
+from ray_jobs.report.compute_runs import BenchmarkSection, ConfigGroup, JudgedBlock
+from ray_jobs.report.page import Page, est, num
+
+ALPHA = 0.05
+
+
+@dataclass
+class Verdict:
+    """One primary metric of one judged block: its leader, the runner-up and how sure the order is."""
+    metric: str
+    text: str
+
+
+@dataclass
+class Headline:
+    benchmark: str
+    root: Path
+    judge: str                       # "" for none
+    marks: list[str]
+    compared: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def failure_kinds(g: ConfigGroup) -> Counter[str]:
+    """Planned episodes of ``g`` without a scored result, by kind (``outcomes.error_kind``)."""
+    planned = {p.episode_id for p in outcomes.plan_of(g.rows, g.planned)}
+    return Counter(outcomes.error_kind(r) for r in g.rows if r["status"] != "ok" and r["episode_id"] in planned)
+
+
+def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
+    out = []
+    for s in sections:
+        bench = get_benchmark(s.name)
+        failures = []
+        for g in s.groups:
+            c = g.counts or outcomes.count(g.rows, g.planned)
+            if c.incomplete:
+                kinds = failure_kinds(g)
+                why = ", ".join(f"{n} x {k}" for k, n in kinds.most_common(3))
+                failures.append(f"{g.label}: {c.describe()}" + (f": {why}" if why else ""))
+        for b in s.blocks:
+            marks = [SELF_JUDGED.upper()] if any(g.self_judged for g in b.groups) else []
+            marks += ["INCOMPLETE"] * any((g.counts is not None and g.counts.incomplete) for g in b.groups)
+            h = Headline(s.name, s.root, b.judge, marks, _compared(b), failures=failures)
+            for m in bench.primary_metrics:
+                if (v := _verdict(b, m, m in getattr(bench, "lower_is_better", ()))) is not None:
+                    h.verdicts.append(v)
+            out.append(h)
+    return out
+
+
+def _compared(b: JudgedBlock) -> str:
+    n = len(b.groups)
+    tasks = {t for g in b.groups for t in g.value_tasks}
+    what = ", ".join(g.label for g in b.groups[:6]) + (f" and {n - 6} more" if n > 6 else "")
+    own = b.scope != outcomes.COMMON or b.scope_note.startswith("No task was finished")    # the F3 fallback
+    scope = "" if n < 2 else " each over its own plan" if own else " on the tasks every one of them finished"
+    return f"{n} configuration(s) ({what}), {len(tasks)} task(s){scope}"
+
+
+def _verdict(b: JudgedBlock, metric: str, lower: bool) -> Verdict | None:
+    ranked = [(g, b.estimates.get(g.config_hash, {}).get(metric)) for g in b.groups]
+    have = [(g, e) for g, e in ranked if e is not None and not math.isnan(e.value)]
+    if not have:
+        return None
+    have.sort(key=lambda ge: ge[1].value, reverse=not lower)
+    best, e = have[0]
+    word = "lowest" if lower else "highest"
+    if len(have) == 1:
+        return Verdict(metric, f"{metric}: {best.label} {est(e)}")
+    second, e2 = have[1]
+    if num(e.value) == num(e2.value):
+        tied = [g.label for g, x in have if num(x.value) == num(e.value)]
+        return Verdict(metric, f"{metric}: tie at {num(e.value)} between {', '.join(tied)}")
+    sure = _paired(b, metric, best.label, second.label)
+    return Verdict(metric, f"{metric}: {word} {best.label} {est(e)}, then {second.label} {est(e2)}; {sure}")
+
+
+def _paired(b: JudgedBlock, metric: str, a: str, c: str) -> str:
+    for r in b.paired or []:
+        if r.metric == metric and {r.a, r.b} == {a, c}:
+            p = r.p_holm if not math.isnan(r.p_holm) else r.test.p_value
+            sign = 1 if r.a == a else -1
+            diff = f"difference {num(sign * r.test.mean_diff)} over {r.test.n_tasks} shared task(s)"
+            verdict = "the order is unlikely to be chance" if p < ALPHA else "not distinguishable from chance"
+            return f"{diff}, p (Holm) = {num(p)}: {verdict} at {ALPHA}"
+    return "no paired test (no shared finished task)"
+
+
+def render_headline(page: Page, items: Sequence[Headline]) -> None:
+    if not items:
+        return
+    page.heading("Summary")
+    for h in items:
+        judge = f"judge {h.judge}" if h.judge else "no judge"
+        marks = f" [{', '.join(h.marks)}]" if h.marks else ""
+        page.strong(f"{h.benchmark} ({h.root}), {judge}{marks}")
+        page.para(f"Compared: {h.compared}.")
+        for v in h.verdicts:
+            page.para(v.text)
+        if h.failures:
+            page.para("Failed: " + "; ".join(h.failures) + ".")
+
+
+def render_provenance(page: Page, roots: Sequence[Path]) -> None:
+    """The newest provenance of each run dir (ray_jobs/provenance.py), one row each."""
+    from engine.storage import EpisodeStore
+
+    rows = []
+    for root in roots:
+        infos = EpisodeStore(root).run_infos("provenance-")
+        if not infos:
+            rows.append([str(root), "not recorded (a run before dateline recorded provenance)", "", "", "", "", "",
+                         "", ""])
+            continue
+        p: dict[str, Any] = infos[-1]
+        pk = p.get("packages", {})
+        hw = p.get("hardware", {})
+        gpus = (hw.get("ray") or {}).get("gpus")
+        rows.append([str(root), f"dateline {p.get('dateline', '?')}",
+                     (p.get("commit") or "no checkout")[:12] + (" (uncommitted changes)" if p.get("dirty") else ""),
+                     f"Python {p.get('python', '?')}; " + ", ".join(f"{k} {v}" for k, v in pk.items()),
+                     " ".join(p.get("command") or []),
+                     f"{hw.get('cpu_model', '?')}, {hw.get('cores', '?')} cores"
+                     + (f" ({', '.join(hw.get('cpu_flags') or [])})" if hw.get("cpu_flags") else "")
+                     + (f", {num(gpus)} GPU(s)" if gpus else ""),
+                     p.get("started", ""), p.get("ended", ""), f"{num(p.get('wall_s'))} s"])
+    page.heading("Provenance")
+    page.para("Where each run dir's newest numbers come from (its provenance-*.json; every run-*.json holds its "
+              "own).")
+    page.table(["run dir", "version", "commit", "software", "command", "hardware", "started", "ended", "wall time"],
+               rows)
