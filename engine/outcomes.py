@@ -34,6 +34,7 @@ checklist's floor of 20 %, ...), and which metrics need a judge (``judge_metrics
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -301,13 +302,32 @@ class ConfigView:
     policy: str
     task_set: str
     family: str = ""                 # configurations compared with each other share it
+    judge_weights: str = ""          # the judge's weights id (engine/hosting/weights.py), "" when unknown
 
     @property
     def plan(self) -> list[Planned]:
         return plan_of(self.rows, self.planned)
 
+    def who(self) -> tuple[str, str, frozenset[str], str, bool]:
+        """What deciding self-judging over a family needs of this view (:func:`judges_a_member`)."""
+        return (self.judge_weights, self.judge_model, frozenset(r.get("weights_id") or "" for r in self.rows) - {""},
+                self.model, self.self_judged)
+
     def counts(self) -> Counts:
         return count(self.rows, self.planned)
+
+
+def judges_a_member(members: Sequence[tuple[str, str, frozenset[str], str, bool]]) -> bool:
+    """Whether the judge of a family (configurations compared through one judge; ``ConfigView.who``
+    of each) is any of its models: then every number of the comparison is marked self-judged, not
+    only the judge's own configuration's (a judge that is one of the compared models grades its
+    rivals too)."""
+    from engine.judges import same_model
+
+    if any(m[4] for m in members):
+        return True
+    jw, jm = members[0][0], members[0][1]
+    return bool(jm) and same_model(jw, [jm], {w for m in members for w in m[2]}, {m[3] for m in members})
 
 
 def config_hashes(store: Any, bench: Any) -> list[str]:
@@ -362,7 +382,8 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
     key = dataset_key(bench, first["data"])
     also = family().get(key) if family is not None and not any(outcome(r) == SCORED for r in eps) else None
     return [ConfigView(config_hash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
-                       v.judge_model, v.self_judged, v.rows, planned, policy, tset, json.dumps([v.judge, key]))
+                       v.judge_model, v.self_judged, v.rows, planned, policy, tset, json.dumps([v.judge, key]),
+                       str(judges.get(v.judge, {}).get("weights") or "") if v.judge else "")
             for v in judged_views(eps, by_judge, judges, judge, ev, also)]
 
 
@@ -377,8 +398,10 @@ def config_views(store: Any, bench: Any, judge: str | None = None, score_failure
     with store.snapshot():      # listings and footers read once for every configuration's reads
         plans = store.plans()
         family = functools.cache(lambda: family_judges(store, bench))
-        return [v for c in config_hashes(store, bench)
-                for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family)]
+        views = [v for c in config_hashes(store, bench)
+                 for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family)]
+    marked = {f for f, members in families(views).items() if judges_a_member([v.who() for v in members])}
+    return [dataclasses.replace(v, self_judged=True) if v.family in marked else v for v in views]
 
 
 def families(views: Sequence[ConfigView]) -> dict[str, list[ConfigView]]:
@@ -445,12 +468,19 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     # per view: its rows over its own plan (kept: a view whose planned tasks every member of its
     # family finished has the same numbers over the common tasks) and its task sets
     fam: dict[str, list[tuple[str, str, set[str], set[str], list[dict[str, Any]]]]] = defaultdict(list)
+    who: dict[str, list[tuple[str, str, frozenset[str], str, bool]]] = defaultdict(list)
     for c in hashes:
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             rows = _emit(bench, v, v.planned, ALL, 0, "")
             out += rows
             fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
                                   rows))
+            who[v.family].append(v.who())
+    marked = {f for f, members in who.items() if judges_a_member(members)}
+    for f in marked:            # the judge is one of the family's models: every row of it says so
+        for *_, rows in fam[f]:
+            for r in rows:
+                r["self_judged"] = True
     multi = {f: m for f, m in fam.items() if len(m) >= 2}
     if not multi:
         return out
@@ -471,7 +501,8 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             if v.family in multi and (c, v.judge) not in by_family[v.family]:
                 by_family[v.family][(c, v.judge)] = _emit(
-                    bench, v, restrict(v.rows, v.planned, common[v.family]), COMMON,
+                    bench, dataclasses.replace(v, self_judged=v.self_judged or v.family in marked),
+                    restrict(v.rows, v.planned, common[v.family]), COMMON,
                     len(planned_tasks(v.rows, v.planned) - common[v.family]), texts[v.family])
     for f, m in multi.items():
         for c, j, *_ in m:

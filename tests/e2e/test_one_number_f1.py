@@ -92,3 +92,18 @@ def test_a_swapped_endpoint_under_the_same_name_is_refused(tmp_path):
     (acc,) = [r for r in s.api if r["metric"] == "accuracy" and r["scope"] == "all" and r["judge"]]
     assert (acc["value"], acc["n"]) == (1.0, 4)
     assert rows_with(s.metrics, "accuracy", "1.000", "4")
+
+
+def test_a_judge_that_is_one_of_the_compared_models_marks_the_whole_comparison(tmp_path):
+    """Two models compared on one dataset, judged by a replica of one of them: the judge grades its
+    rival too, so both configurations' judge-based numbers are marked, in the API and the report."""
+    with FakeOpenAI(wrong_but_lenient, models=serving("/models/qwen")) as a, \
+            FakeOpenAI(wrong_but_lenient, models=serving("/models/qwen")) as b, \
+            FakeOpenAI(wrong_but_lenient, models=[{"id": "rival", "root": "/models/rival"}]) as c:
+        sweep([live_cfg(a.base_url, tmp_path, "benchmark.limit=2", *judged(b.base_url)),
+               live_cfg(c.base_url, tmp_path, "benchmark.limit=2", "model.name=rival", *judged(b.base_url))])
+    s = seen(tmp_path, "livenews", tmp_path / "out", export=False, show=False)
+    accs = [r for r in s.api if r["metric"] == "accuracy"]
+    assert {r["model"] for r in accs} == {"scripted", "rival"} and all(r["self_judged"] for r in accs), accs
+    assert rows_with(s.metrics, "rival") and all("(self-judged)" in ln for ln in rows_with(s.metrics, "accuracy"))
+    assert "rival [self-judged]" in s.report_md or "rival" in s.report_md.split("SELF-JUDGED", 1)[1]
