@@ -1,11 +1,24 @@
 """``dateline export --to mlflow|wandb RUN_DIR``: a run dir into an experiment tracker.
 
-Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run:
-its parameters (model, config hash, agent and benchmark settings, judge, scoring policy, what the
-numbers are over), its metrics (each with its 95% task-bootstrap interval and its count, as
-``<metric>``, ``<metric>.lo``, ``<metric>.hi``, ``<metric>.n``), and its transcripts (the calls
-and the messages they refer to, as Parquet) as an artifact. MLflow logs to ``--tracking-uri`` (or
-``$MLFLOW_TRACKING_URI``, else a local file store ``./mlruns``); W&B runs offline unless
+Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run,
+with the numbers every other reader shows (the metrics table of ``engine/metric_table.py``: the
+same values, scopes, counts and marks as ``dateline tables``, the report and the API):
+
+* metrics: each metric over the configuration's plan under its plain name (``accuracy``,
+  ``accuracy.n``, and ``accuracy.lo`` / ``accuracy.hi`` where an interval means something), the
+  comparison over the tasks every compared configuration finished beside it
+  (``common.accuracy``, ``common.accuracy.n``), and the counts (``n_planned``, ``n_scored``...);
+* parameters: only what never changes for the run (model, config hash, judge, agent and
+  benchmark settings, scoring policy, task set);
+* tags: what can change as episodes are added or judged again: ``dateline.incomplete``,
+  ``dateline.self_judged``, ``dateline.marks`` (every mark, as the report prints them),
+  ``dateline.n_outside_plan`` when stored episodes fall outside the plan; and the marks are in the
+  run's name (``livenews scripted [judge grader:ab12] [INCOMPLETE]``);
+* the transcripts (the calls and the messages they refer to, as Parquet) as an artifact.
+
+Exporting again updates the same tracker runs (found by the tag ``dateline.key``: run dir,
+benchmark, configuration, judge) instead of adding new ones. MLflow logs to ``--tracking-uri``
+(or ``$MLFLOW_TRACKING_URI``, else a local file store ``./mlruns``); W&B runs offline unless
 ``WANDB_MODE`` says otherwise (no network needed).
 """
 
@@ -15,42 +28,73 @@ import json
 import math
 import os
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine import outcomes
 
-def _records(run_dir: str, n_boot: int = 200) -> Iterator[dict[str, Any]]:
-    """One record per (benchmark, configuration, judge): name, params, metrics, episode ids."""
-    from ray_jobs.report.compute_runs import run_sections
+# metric-row columns that are counts of the plan (metrics) rather than values
+_COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_not_run")
 
-    for section in run_sections(Path(run_dir), n_boot, {}):
-        for block in section.blocks:
-            for g in block.groups:
-                c = g.counts
-                params: dict[str, Any] = {"benchmark": section.name, "model": g.model, "config_hash": g.config_hash,
-                                          "judge": g.judge or "none", "self_judged": g.self_judged,
-                                          "score_failures": g.policy, "task_set": g.task_set,
-                                          "scope": block.scope, "run_dir": str(run_dir)}
-                if c is not None:
-                    params.update(n_planned=c.n_planned, n_scored=c.n_scored, n_error=c.n_error,
-                                  n_budget_stopped=c.n_budget_stopped, n_not_run=c.n_not_run, incomplete=c.incomplete)
-                params |= {f"agent.{k}": v for k, v in g.agent.items()}
-                params |= {f"benchmark.{k}": v for k, v in g.data.items()}
-                metrics: dict[str, float] = {}
-                for m, (value, n) in block.plain[g.config_hash].items():
-                    if isinstance(value, float) and math.isnan(value):
-                        continue
-                    metrics[m] = float(value)
-                    metrics[f"{m}.n"] = float(n)
-                    e = block.estimates[g.config_hash].get(m)
-                    if e is not None and not math.isnan(e.lo):
-                        metrics[f"{m}.lo"], metrics[f"{m}.hi"] = e.lo, e.hi
-                yield {"name": f"{section.name} {g.label}" + (f" [judge {g.judge}]" if g.judge else ""),
-                       "params": params, "metrics": metrics, "episodes": [r["episode_id"] for r in g.rows],
-                       "config_hash": g.config_hash, "benchmark": section.name}
+
+def _records(run_dir: str) -> Iterator[dict[str, Any]]:
+    """One record per (benchmark, configuration, judge): name, params, metrics, tags, episode ids."""
+    from engine.benchmarks import get_benchmark
+    from engine.config import config_labels, stable_hash
+    from engine.judges import SELF_JUDGED
+    from engine.metric_table import metric_table
+    from engine.storage import EpisodeStore
+
+    store = EpisodeStore(run_dir)
+    rows = metric_table(store)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["benchmark"], r["config_hash"], r["judge"] or "")].append(r)
+    firsts = {k: next(r for r in rs if (r["scope"] or outcomes.ALL) == outcomes.ALL) for k, rs in groups.items()}
+    labels: dict[tuple[str, str], str] = {}
+    for bench in sorted({k[0] for k in groups}):
+        items = {k[1]: firsts[k] for k in groups if k[0] == bench}
+        names = config_labels([(r["model"], json.loads(r["agent"] or "{}") | {
+            k: v for k, v in json.loads(r["data"] or "{}").items() if k != "limit"}, h) for h, r in items.items()])
+        labels |= {(bench, h): n for h, n in zip(items, names)}
+    episodes = store.episodes(["episode_id", "config_hash", "benchmark"]).to_pylist()
+    for (bench, h, judge), rs in sorted(groups.items()):
+        first = firsts[(bench, h, judge)]
+        c = outcomes.Counts.of_row(first)
+        agent, data = json.loads(first["agent"] or "{}"), json.loads(first["data"] or "{}")
+        marks = (["INCOMPLETE"] * c.incomplete + [SELF_JUDGED.upper()] * bool(first["self_judged"])
+                 + [w.split(":")[0].strip() for w in get_benchmark(bench).config_warnings(agent)])
+        params: dict[str, Any] = {"benchmark": bench, "model": first["model"], "config_hash": h,
+                                  "judge": judge or "none", "score_failures": first["score_failures"],
+                                  "task_set": first["task_set"], "run_dir": str(run_dir)}
+        params |= {f"agent.{k}": v for k, v in agent.items()}
+        params |= {f"benchmark.{k}": v for k, v in data.items()}
+        metrics: dict[str, float] = {k: float(first[k] or 0) for k in _COUNTS}
+        for r in rs:
+            prefix = "" if (r["scope"] or outcomes.ALL) == outcomes.ALL else "common."
+            if r["value"] is None or (isinstance(r["value"], float) and math.isnan(r["value"])):
+                continue
+            m = prefix + r["metric"]
+            metrics[m], metrics[f"{m}.n"] = float(r["value"]), float(r["n"])
+            lo, hi = r.get("lo"), r.get("hi")
+            if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
+                metrics[f"{m}.lo"], metrics[f"{m}.hi"] = float(lo), float(hi)
+        tags = {"dateline.incomplete": str(c.incomplete).lower(),
+                "dateline.self_judged": str(bool(first["self_judged"])).lower(),
+                "dateline.marks": ", ".join(marks) or "none",
+                "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),
+                                            bench, h, judge)}
+        if first.get("n_outside_plan"):
+            tags["dateline.n_outside_plan"] = str(first["n_outside_plan"])
+        name = (f"{bench} {labels[(bench, h)]}" + (f" [judge {judge}]" if judge else "")
+                + "".join(f" [{m}]" for m in marks))
+        yield {"name": name, "params": params, "metrics": metrics, "tags": tags,
+               "episodes": [e["episode_id"] for e in episodes if e["config_hash"] == h and e["benchmark"] == bench],
+               "config_hash": h, "benchmark": bench}
 
 
 def _transcripts(run_dir: str, episode_ids: list[str], out: Path) -> list[Path]:
@@ -103,12 +147,21 @@ def _mlflow(rec: dict[str, Any], files: list[Path], experiment: str, tracking_ur
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=rec["name"][:250]) as run:
-        mlflow.log_params({k: _param(v) for k, v in rec["params"].items()})
+    key = rec["tags"]["dateline.key"]
+    found = mlflow.search_runs(experiment_names=[experiment], filter_string=f"tags.`dateline.key` = '{key}'",
+                               output_format="list")
+    with mlflow.start_run(run_id=found[0].info.run_id) if found else mlflow.start_run(run_name=rec["name"][:250]) as run:
+        mlflow.set_tags({**rec["tags"], "mlflow.runName": rec["name"][:250]})     # marks change: the name follows
+        params = {k: _param(v) for k, v in rec["params"].items()}
+        if found:       # params are immutable in MLflow: log only what the run does not have yet
+            params = {k: v for k, v in params.items() if k not in found[0].data.params}
+        if params:
+            mlflow.log_params(params)
         mlflow.log_metrics({k.replace(":", "_"): v for k, v in rec["metrics"].items()})
         for f in files:
             mlflow.log_artifact(str(f), artifact_path="transcripts")
-        return f"mlflow {uri}: run {run.info.run_id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts)"
+        what = "updated" if found else "run"
+        return f"mlflow {uri}: {what} {run.info.run_id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts)"
 
 
 def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str | None) -> str:
@@ -117,8 +170,11 @@ def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str 
     mode: Any = os.environ.get("WANDB_MODE", "offline")
     d = Path(wandb_dir or ".").resolve()          # W&B writes its runs under d/wandb/
     d.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=project, name=rec["name"][:120], config={k: _param(v) for k, v in rec["params"].items()},
-                     dir=str(d), mode=mode, reinit="create_new")
+    marks = [t for t in rec["tags"]["dateline.marks"].split(", ") if t != "none"]
+    # the same id every export: W&B resumes that run (its summary is replaced) instead of adding one
+    run = wandb.init(project=project, name=rec["name"][:120], id=rec["tags"]["dateline.key"], resume="allow",
+                     config={k: _param(v) for k, v in rec["params"].items()}, tags=marks, dir=str(d), mode=mode,
+                     reinit="create_new")
     try:
         run.summary.update({k.replace(":", "_"): v for k, v in rec["metrics"].items()})
         art = wandb.Artifact(f"transcripts-{rec['config_hash'][:12]}", type="transcripts")

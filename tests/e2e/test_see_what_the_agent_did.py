@@ -197,7 +197,7 @@ def test_export_to_mlflow_and_wandb_offline(judged_run, tmp_path, monkeypatch):
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["dateline"], output_format="list")
     (judged,) = runs                          # the one configuration, as its judge scored it
-    assert judged.data.params["judge"].startswith("grader:") and judged.data.params["n_scored"] == "3"
+    assert judged.data.params["judge"].startswith("grader:") and judged.data.metrics["n_scored"] == 3
     assert judged.data.metrics["accuracy"] == pytest.approx(1.0) and "accuracy.n" in judged.data.metrics
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(judged.info.run_id, "transcripts")}
     assert arts == {"transcripts/calls.parquet", "transcripts/messages.parquet"}
