@@ -9,7 +9,7 @@ from engine import outcomes
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
-from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, CrossRunSection, JudgedBlock
+from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, CrossRunSection, JudgedBlock, Leaderboard
 from ray_jobs.report.page import Cell, Link, Page, est, num
 
 
@@ -173,21 +173,37 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
                     f"{name}: {pt.metric} by task (mean over seeds)")
 
 
+def render_leaderboard(page: Page, lb: Leaderboard, level: int) -> None:
+    """One judge's ranking by one metric: ties share a rank, marks beside each configuration, and
+    what the values are over under it."""
+    judge = f"judge {lb.judge}" if lb.judge else "no judge"
+    mark = f" [{SELF_JUDGED.upper()}]" if lb.self_judged else ""
+    way = "lower is better" if lb.lower_is_better else "higher is better"
+    page.heading(f"Leaderboard by {lb.metric} ({judge}){mark}", level)
+    if lb.self_judged:
+        page.strong(f"{SELF_JUDGED.upper()}: the judge is one of the compared models; these ranks are not measurements.")
+    page.table(["rank", "configuration", f"{lb.metric} (95% interval, n; {way})", "vs leader", "scored/planned",
+                "marks", "run dir"],
+               [[f"#{e.rank}", e.label, est(e.estimate), e.vs_leader, outcomes.n_cell(e.counts.columns()),
+                 ", ".join(e.marks) or "-", e.root] for e in lb.entries])
+    notes = [lb.scope_note] if lb.scope_note else []
+    notes.append("Equal values (to the printed precision) share a rank (#1=); a configuration whose interval overlaps "
+                 "the leader's is not shown to be worse.")
+    page.para(" ".join(notes))
+
+
 def render_cross_runs(page: Page, s: CrossRunSection) -> None:
     """Several run dirs of one benchmark as one comparison, and its leaderboard (also written as
     ``leaderboard.html`` / ``leaderboard.md`` next to the report)."""
     page.heading(f"{s.name} across {len(s.roots)} run dirs: {', '.join(str(r) for r in s.roots)}")
     page.para("Every configuration of every run dir in one comparison (a configuration run in two dirs appears "
               "twice, labelled by its dir); intervals and paired tests as above, on the tasks all of them finished.")
-    if s.leaderboard:
-        rows: list[list[Cell]] = [[f"#{i + 1}", label, judge or "no judge", est(e), outcomes.n_cell(c.columns()), root]
-                                  for i, (judge, label, root, e, c) in enumerate(s.leaderboard)]
-        header = ["rank", "configuration", "judge", f"{s.metric} (95% interval, n)", "scored/planned", "run dir"]
-        page.heading(f"Leaderboard by {s.metric}", 3)
-        page.table(header, rows)
-        board = Page(page.out)
-        board.table(header, rows)
-        board.write_named("leaderboard", f"dateline leaderboard: {s.name} by {s.metric}")
+    board = Page(page.out)
+    for lb in s.leaderboards:
+        for p, level in ((page, 3), (board, 2)):
+            render_leaderboard(p, lb, level)
+    if s.leaderboards:
+        board.write_named("leaderboard", f"dateline leaderboards: {s.name}")
     for b in s.blocks:
         if b.judge:
             page.heading(f"Judge {b.judge}", 3)
