@@ -258,6 +258,46 @@ def planned_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> set
     return {p.task_id for p in plan_of(rows, planned)}
 
 
+def lacking(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, policy: str,
+            judged: bool) -> dict[str, set[str]]:
+    """Per metric a scored episode of this configuration has, the tasks where some scored episode
+    has no value of it (an analyst report with an unrated criterion has no checklist score): a
+    task is finished *for a metric* only when it is finished and none of its episodes lacks it."""
+    vals = [e for e in episode_values(bench, rows, planned, policy, judged) if e.outcome == SCORED]
+    keys = {k for e in vals for k in e.values}
+    out: dict[str, set[str]] = {k: set() for k in keys}
+    for e in vals:
+        for k in keys:
+            x = e.values.get(k)
+            if x is None or math.isnan(x):
+                out[k].add(e.planned.task_id)
+    return out
+
+
+def metric_common(members: Sequence[Mapping[str, set[str]]], common: set[str]) -> dict[str, set[str]]:
+    """The metrics whose comparable tasks are fewer than ``common`` (the tasks every member
+    finished): per such metric, the tasks of ``common`` every member has a value of it for
+    (``members``: :func:`lacking` of each). A member with no value of a metric at all leaves it
+    none."""
+    out: dict[str, set[str]] = {}
+    for k in set().union(*members) if members else set():
+        s = set(common)
+        for lk in members:
+            s = s - lk[k] if k in lk else set()
+        if s != common:
+            out[k] = s
+    return out
+
+
+def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
+    """The sentence under a metric compared on fewer tasks than the rest (:func:`metric_common`)."""
+    if not tasks:
+        return (f"{metric}: no task has a value of it from every compared configuration: each configuration's "
+                f"{metric} is over its own plan.")
+    return (f"{metric}: on the {len(tasks)} task(s) every compared configuration has a value for "
+            f"({len(common - tasks)} more dropped).")
+
+
 def dataset_key(bench: Any, data_json: str | None) -> str:
     """Which configurations are compared with each other: those of one dataset, i.e. the benchmark
     config (``data``) without what picks tasks (``limit``, ``task_ids``) or only changes judging
@@ -438,13 +478,31 @@ def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
         common = set.intersection(*done)
         union = set().union(*(planned_tasks(v.rows, v.planned) for v in members))
         text = common_note(len(common), len(union - common), len(members), sum(not d for d in done))
+        special = metric_common([lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)) for v in members],
+                                common) if common else {}
         for v in members:
-            if not common:          # nothing to compare on: each over its own plan, said so
-                out += _emit(bench, v, v.planned, COMMON, 0, text)
-                continue
-            out += _emit(bench, v, restrict(v.rows, v.planned, common), COMMON,
-                         len(planned_tasks(v.rows, v.planned) - common), text)
+            out += _emit_common(bench, v, common, special, text)
     return out
+
+
+def _emit_common(bench: Any, v: ConfigView, common: set[str], special: Mapping[str, set[str]],
+                 text: str) -> list[dict[str, Any]]:
+    """``v``'s rows of scope common: over ``common`` (nothing to compare on: its own plan), and each
+    metric of ``special`` over its own comparable tasks (:func:`metric_common`), with a note."""
+    def over(tasks: set[str], note: str) -> list[dict[str, Any]]:
+        if not tasks:           # nothing to compare on: each over its own plan, said so
+            return _emit(bench, v, v.planned, COMMON, 0, note)
+        return _emit(bench, v, restrict(v.rows, v.planned, tasks), COMMON,
+                     len(planned_tasks(v.rows, v.planned) - tasks), note)
+
+    rows = over(common, text)
+    for tasks in {frozenset(s) for s in special.values()}:
+        ms = {m for m, s in special.items() if s == tasks}
+        alt = {r["metric"]: r for r in over(set(tasks), " ".join([text, *(metric_note(m, set(tasks), common)
+                                                                          for m in sorted(ms))]))
+               if r["metric"] in ms}
+        rows = [alt.get(r["metric"], r) for r in rows]
+    return rows
 
 
 def reduce_store(store: Any, bench: Any, judge: str | None = None, score_failures: str | None = None,
@@ -468,6 +526,7 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     # per view: its rows over its own plan (kept: a view whose planned tasks every member of its
     # family finished has the same numbers over the common tasks) and its task sets
     fam: dict[str, list[tuple[str, str, set[str], set[str], list[dict[str, Any]]]]] = defaultdict(list)
+    lacks: dict[str, list[dict[str, set[str]]]] = defaultdict(list)
     who: dict[str, list[tuple[str, str, frozenset[str], str, bool]]] = defaultdict(list)
     for c in hashes:
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
@@ -476,6 +535,7 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
             fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
                                   rows))
             who[v.family].append(v.who())
+            lacks[v.family].append(lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)))
     marked = {f for f, members in who.items() if judges_a_member(members)}
     for f in marked:            # the judge is one of the family's models: every row of it says so
         for *_, rows in fam[f]:
@@ -487,12 +547,14 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     common = {f: set.intersection(*(x[2] for x in m)) for f, m in multi.items()}
     texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m),
                             sum(not x[2] for x in m)) for f, m in multi.items()}
+    special = {f: metric_common(lacks[f], common[f]) if common[f] else {} for f in multi}
     by_family: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {f: {} for f in multi}
     again: set[str] = set()
     for f, m in multi.items():
         for c, j, _, planned, rows in m:
-            if planned <= common[f] or not common[f]:   # nothing of its plan is cut (or nothing to compare
-                # on: each over its own plan): the same numbers, another scope
+            # nothing of its plan is cut (or nothing to compare on: each over its own plan), and no
+            # metric is compared on fewer tasks: the same numbers, another scope
+            if not special[f] and (planned <= common[f] or not common[f]):
                 by_family[f][(c, j)] = [dict(r, scope=COMMON, tasks_dropped=0,
                                              note=" ".join(x for x in (texts[f], r["note"]) if x)) for r in rows]
             else:
@@ -500,10 +562,9 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     for c in (h for h in hashes if h in again):     # re-read: only configurations with tasks to cut
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             if v.family in multi and (c, v.judge) not in by_family[v.family]:
-                by_family[v.family][(c, v.judge)] = _emit(
+                by_family[v.family][(c, v.judge)] = _emit_common(
                     bench, dataclasses.replace(v, self_judged=v.self_judged or v.family in marked),
-                    restrict(v.rows, v.planned, common[v.family]), COMMON,
-                    len(planned_tasks(v.rows, v.planned) - common[v.family]), texts[v.family])
+                    common[v.family], special[v.family], texts[v.family])
     for f, m in multi.items():
         for c, j, *_ in m:
             out += by_family[f][(c, j)]

@@ -330,6 +330,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
     configurations seen through one judge (or none), compared on the tasks every configuration of
     a dataset finished (``all_tasks``: each over its own plan)."""
     scoped: list[tuple[outcomes.ConfigView, list[outcomes.Planned] | None]] = []
+    special: dict[str, dict[str, set[str]]] = {}        # config hash -> metric -> its comparable tasks
     notes = []
     for fam in outcomes.families(views).values():
         if all_tasks or len(fam) < 2:
@@ -341,6 +342,11 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         notes.append(outcomes.common_note(len(common), len(union - common), len(fam), sum(not d for d in done)))
         # no task every configuration finished: each over its own plan (the note says so)
         scoped += [(v, outcomes.restrict(v.rows, v.planned, common) if common else v.planned) for v in fam]
+        # a metric some finished episodes have no value of is compared on the tasks that have it
+        per_metric = outcomes.metric_common([outcomes.lacking(bench, v.rows, v.planned, v.policy, bool(v.judge))
+                                             for v in fam], common) if common else {}
+        special |= {v.config_hash: per_metric for v in fam}
+        notes += [outcomes.metric_note(m, s, common) for m, s in sorted(per_metric.items())]
     if all_tasks and len(views) > 1:
         notes.append("Each configuration over its own plan (--all-tasks): configurations may cover different "
                      "tasks; failures count as the policy of each says.")
@@ -357,6 +363,11 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
                          "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n,
                          **c_all.columns()} for m in mrows]
+        own = {m: outcomes.restrict(v.rows, v.planned, s) if s else v.planned
+               for m, s in special.get(v.config_hash, {}).items()}     # metrics compared on fewer tasks
+        for m, planned_m in own.items():
+            alt = {r.metric: r for r in outcomes.metric_rows_of(bench, v, planned_m)[0]}
+            mrows = [alt.get(m, r) if r.metric == m else r for r in mrows]
         plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
         order += [m.metric for m in mrows if m.metric not in order]
         evs = outcomes.episode_values(bench, v.rows, planned, v.policy, bool(v.judge))
@@ -364,8 +375,12 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         g.value_tasks = [e.planned.task_id for e in evs]
         ests[g.config_hash] = {}
         for m in {k for vals in g.values for k in vals}:
-            xs = [vals.get(m, float("nan")) for vals in g.values]
-            e = stats.cluster_mean(xs, g.value_tasks, n_boot, seed=0)
+            if m in own:
+                evm = outcomes.episode_values(bench, v.rows, own[m], v.policy, bool(v.judge))
+                xs, tasks = [e.values.get(m, float("nan")) for e in evm], [e.planned.task_id for e in evm]
+            else:
+                xs, tasks = [vals.get(m, float("nan")) for vals in g.values], g.value_tasks
+            e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
             ests[g.config_hash][m] = e
             want = plain[g.config_hash].get(m)
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,

@@ -183,7 +183,8 @@ def test_several_run_dirs_make_one_comparison_and_a_leaderboard(tmp_path):
     assert "livenews across 2 run dirs" in md and "Leaderboard by accuracy" in md
     board = (tmp_path / "rep" / "leaderboard.md").read_text()
     # one self-judged board (judge=self in both dirs: one judge); equal values share a rank
-    assert board.count("| #1") == 2 and str(tmp_path / "a") in board and str(tmp_path / "b") in board
+    accuracy = board.split("## Leaderboard by accuracy", 1)[1].split("\n## ", 1)[0]
+    assert accuracy.count("| #1") == 2 and str(tmp_path / "a") in accuracy and str(tmp_path / "b") in accuracy
     assert "SELF-JUDGED" in board
 
 
