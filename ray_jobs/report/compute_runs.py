@@ -488,11 +488,14 @@ def cost_rows(groups: list[ConfigGroup], costs: dict[str, ConfigCost], n_boot: i
 
 
 def tokens_chart(groups: list[ConfigGroup], costs: dict[str, ConfigCost]) -> TokensChart | None:
+    """The tokens (and, where priced, cost) per episode figure's data; None when no episode used a
+    token (a rule-based run), so no empty figure is drawn. A configuration costing nothing has no
+    cost bar."""
     data = [[episode_tokens(r) for r in g.ok] for g in groups]
-    if not any(data):
+    if not any(x > 0 for xs in data for x in xs):
         return None
     priced = [i for i, g in enumerate(groups) if costs[g.config_hash].prices.configured
-              and costs[g.config_hash].per_episode]
+              and any(x > 0 for x in costs[g.config_hash].per_episode)]
     cost = [(i, stats.cluster_mean(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
             for i in priced]
     return TokensChart([g.label for g in groups], data, cost)

@@ -3,23 +3,26 @@ episode pages.
 
 An :class:`EpisodeView` gathers one episode from the store: its row, its steps, its model calls
 with their prompts (engine/transcripts.py), its judgements with the judges' own text and their
-calls, the per-episode metric values (through each judge that judged it), and the reference its
-output is compared with. It renders as terminal text (``dateline show RUN_DIR EPISODE``) and as
-a static HTML page; a configuration's episodes get an index page with filters by status, finish
-reason, error kind and metric value (a few lines of inline script, no server: the pages open
-from a folder or an ``s3://`` mirror).
-"""
+calls, the per-episode metric values (with no judge, and through each judge that judged it, by
+the code ``dateline metrics`` averages), and the reference its output is compared with. It
+renders as terminal text (``dateline show RUN_DIR EPISODE``) and as a static HTML page; a
+configuration's episodes get an index page with filters by status, finish reason, error kind
+and metric value (a few lines of inline script, no server: the pages open from a folder or an
+``s3://`` mirror)."""
 
 from __future__ import annotations
 
 import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from engine import outcomes
+from engine.config import stable_hash
+from engine.judges import judged_views
 from engine.protocol import Benchmark, Row
 from engine.storage import EpisodeStore
 from engine.transcripts import conversation
@@ -49,7 +52,10 @@ def find(store: EpisodeStore, prefix: str) -> list[str]:
     return sorted(i for i in ids if i.startswith(prefix))
 
 
-def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str = "") -> EpisodeView:
+def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str = "",
+         judged: Judged | None = None) -> EpisodeView:
+    """One episode of ``store``. ``judged``: its configuration's :func:`judged_of` when the caller
+    already read it (the pages of a configuration read it once)."""
     rows = store.episodes(episode_ids=[episode_id]).to_pylist()
     if not rows:
         raise KeyError(f"no episode {episode_id} in {store.uri}")
@@ -62,15 +68,8 @@ def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str
     judgements = store.judgement_rows(["episode_id", "judge", "judge_model", "key", "value", "ok", "raw_output",
                                        "error", "truncated", "batch_id"], episode_ids=[episode_id])
     values: dict[str, dict[str, float]] = {}
-    if row["status"] == "ok":
-        values[""] = _values(bench, dict(row, judgements={}, judge=""))
-        by_judge: dict[str, dict[str, Any]] = {}
-        for j in sorted(judgements, key=lambda r: r["batch_id"]):
-            d = by_judge.setdefault(j["judge"] or "", {})
-            if j["ok"] or j["key"] not in d:
-                d[j["key"]] = bench.parse_judgement(j["key"], j["raw_output"] or "") if j["ok"] else None
-        for jid, d in by_judge.items():
-            values[jid] = _values(bench, dict(row, judgements=d, judge=jid))
+    if row["status"] == "ok":       # a failed episode has no values of its own (its plan's failure values)
+        values = _values(bench, row, judged or judged_of(store, bench, str(row["config_hash"]), [episode_id]))
     try:
         reference = bench.episode_reference(row)
     except Exception as e:  # noqa: BLE001 - the viewer shows what it can
@@ -78,12 +77,43 @@ def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str
     return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label)
 
 
-def _values(bench: Benchmark[Any], row: Row) -> dict[str, float]:
-    try:
-        (v,) = bench.episode_values([row])
-    except Exception:  # noqa: BLE001 - a row the benchmark cannot score shows none
-        return {}
-    return {k: float(x) for k, x in v.items() if not (isinstance(x, float) and math.isnan(x))}
+@dataclass(frozen=True)
+class Judged:
+    """What a configuration's per-episode values are computed from: its judgements by judge
+    (``EpisodeStore.judged``, the current parser applied), the judges, and the evaluation
+    settings its plan recorded (what an unjudged view is scored under)."""
+    by_judge: dict[str, dict[str, dict[str, str | None]]]
+    judges: dict[str, dict[str, str]]
+    evaluation: dict[str, Any] | None
+
+
+def judged_of(store: EpisodeStore, bench: Benchmark[Any], config_hash: str,
+              episode_ids: Sequence[str]) -> Judged:
+    """The judgements and settings of a configuration, read as ``dateline metrics`` reads them
+    (``outcomes.views_of``)."""
+    by_judge, judges = store.judged(bench.parse_judgement, config_hash=config_hash, episode_ids=episode_ids)
+    plan = store.plans([config_hash]).get(config_hash)
+    ev = json.loads(plan.evaluation) if plan is not None and plan.evaluation else None
+    return Judged(by_judge, judges, ev)
+
+
+def _values(bench: Benchmark[Any], row: Row, judged: Judged) -> dict[str, dict[str, float]]:
+    """Judge id ("" for none) -> the episode's values, by the code ``dateline metrics`` averages
+    (``judges.judged_views`` then ``outcomes.episode_values``): no judge-based metric without a
+    judge, and each judge's under its own evaluation settings."""
+    views = judged_views([row], {}, {}, None, judged.evaluation)          # the unjudged view, always shown
+    mine = {j: d for j, d in judged.by_judge.items() if row["episode_id"] in d}
+    if mine:
+        views += judged_views([row], mine, judged.judges, None, judged.evaluation)
+    out: dict[str, dict[str, float]] = {}
+    for v in views:
+        try:
+            (ev,) = outcomes.episode_values(bench, v.rows, None, "as_wrong", bool(v.judge))
+        except Exception:  # noqa: BLE001 - a row the benchmark cannot score shows none
+            out[v.judge] = {}
+            continue
+        out[v.judge] = {k: x for k, x in ev.values.items() if not math.isnan(x)}
+    return out
 
 
 # -- terminal ---------------------------------------------------------------------------------------
@@ -230,57 +260,86 @@ _FILTER_JS = """
 function f(){const s=document.getElementById('status').value,k=document.getElementById('kind').value,
 m=document.getElementById('metric').value,lo=parseFloat(document.getElementById('lo').value),
 hi=parseFloat(document.getElementById('hi').value);let n=0;
-document.querySelectorAll('tr.ep').forEach(r=>{const v=parseFloat(r.dataset['m_'+m]);
+document.querySelectorAll('tr.ep').forEach(r=>{const v=parseFloat(r.dataset['m'+m]);
 const ok=(!s||r.dataset.status===s)&&(!k||r.dataset.kind===k)&&(isNaN(lo)||v>=lo)&&(isNaN(hi)||v<=hi);
 r.style.display=ok?'':'none';n+=ok});document.getElementById('shown').textContent=n;}
 """
 
 
-def render_index(label: str, entries: Sequence[tuple[Row, dict[str, float], str]], metrics: Sequence[str],
-                 back: str = "") -> str:
-    """A configuration's episodes (row, metric values, page href) with filters."""
+def column_label(judge: str, metric: str) -> str:
+    """An index column's header: the metric, and the judge its values come from."""
+    return f"{metric} [judge {judge}]" if judge else metric
+
+
+def index_columns(bench: Benchmark[Any], values: Sequence[dict[str, dict[str, float]]]) -> list[tuple[str, str]]:
+    """(judge id, metric) of an index's columns: the benchmark's first metrics, once per judge that
+    gave them (judge ids sorted), a metric no judge gave once from the unjudged view."""
+    metrics = list(dict.fromkeys(m for m in (*bench.primary_metrics, *bench.metric_order) if m))[:6]
+    judges = sorted({j for v in values for j in v})
+    have = {(j, m) for v in values for j, d in v.items() for m in d}
+    judged = [(j, m) for m in metrics for j in judges if j and (j, m) in have]
+    return judged + [("", m) for m in metrics if ("", m) in have and not any(m == jm for _, jm in judged)]
+
+
+def render_index(label: str, entries: Sequence[tuple[Row, dict[str, dict[str, float]], str]],
+                 columns: Sequence[tuple[str, str]], back: str = "") -> str:
+    """A configuration's episodes (row, values by judge id, page href) with filters; ``columns``:
+    (judge id, metric) pairs, each headed with its judge (:func:`column_label`)."""
     statuses = sorted({str(r["status"]) for r, _, _ in entries})
     kinds = sorted({outcomes.error_kind(r) for r, _, _ in entries if r["status"] != "ok"})
     def opts(xs: Sequence[str]) -> str:
         return "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)
+    metric_opts = "".join(f'<option value="{i}">{_e(column_label(j, m))}</option>' for i, (j, m) in enumerate(columns))
     head = (f"<h1>Episodes: {_e(label)}</h1>" + (f'<p><a href="{_e(back)}">&larr; report</a></p>' if back else "")
             + '<p>status <select id="status" onchange="f()"><option value="">any</option>' + opts(statuses)
             + '</select> error kind <select id="kind" onchange="f()"><option value="">any</option>' + opts(kinds)
-            + '</select> metric <select id="metric" onchange="f()">' + opts(metrics)
+            + '</select> metric <select id="metric" onchange="f()">' + metric_opts
             + '</select> from <input id="lo" size="5" oninput="f()"> to <input id="hi" size="5" oninput="f()"> '
             + f'<span id="shown">{len(entries)}</span> of {len(entries)} shown</p>')
     rows = []
     for r, vals, href in entries:
-        data = " ".join(f'data-m_{_e(m)}="{vals[m]:.6g}"' for m in metrics if m in vals)
+        cells = [vals.get(j, {}).get(m) for j, m in columns]
+        data = " ".join(f'data-m{i}="{v:.6g}"' for i, v in enumerate(cells) if v is not None)
         kind = outcomes.error_kind(r) if r["status"] != "ok" else ""
         rows.append(f'<tr class="ep" data-status="{_e(r["status"])}" data-kind="{_e(kind)}" {data}>'
                     f'<td><a href="{_e(href)}">{_e(str(r["episode_id"])[:16])}</a></td><td>{_e(r["task_id"])}</td>'
                     f'<td>{_e(r["seed"])}</td><td>{_e(r["status"])}</td><td>{_e(r["finish_reason"])}</td>'
-                    f'<td>{_e(kind)}</td>' + "".join(f'<td>{vals[m]:.3g}</td>' if m in vals else "<td></td>" for m in metrics)
-                    + "</tr>")
+                    f'<td>{_e(kind)}</td>' + "".join(f'<td>{v:.3g}</td>' if v is not None else "<td></td>"
+                                                     for v in cells) + "</tr>")
     table = ("<table><tr><th>episode</th><th>task</th><th>seed</th><th>status</th><th>finish</th><th>error kind</th>"
-             + "".join(f"<th>{_e(m)}</th>" for m in metrics) + "</tr>" + "".join(rows) + "</table>")
+             + "".join(f"<th>{_e(column_label(j, m))}</th>" for j, m in columns) + "</tr>" + "".join(rows) + "</table>")
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(label)}</title><style>{_CSS}</style>'
             f"<script>{_FILTER_JS}</script></head><body>{head}{table}</body></html>")
 
 
+def dir_key(root: Path | str) -> str:
+    """The folder a run dir's episode pages go in: its name and a hash of its resolved path, so two
+    run dirs with the same configuration (the rule-based baseline has one hash everywhere) never
+    write each other's pages."""
+    resolved = str(root) if "://" in str(root) else str(Path(root).resolve())
+    # the name is for the reader; only characters a relative link keeps as they are (no '#', '?', '%')
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(resolved.rstrip("/")).name).strip("-.") or "run"
+    return f"{name}-{stable_hash(resolved, n=6)}"
+
+
 def write_pages(out: Path, store: EpisodeStore, bench: Benchmark[Any], config_hash: str, label: str,
-                limit: int = 500) -> str:
-    """The episode pages of one configuration under ``out/episodes/<hash>/`` and their index;
-    returns the index's path relative to ``out``. ``limit`` episodes at most (0: all)."""
-    folder = out / "episodes" / config_hash
+                limit: int = 500, root: Path | str | None = None) -> tuple[str, int]:
+    """The episode pages of one configuration of the run dir ``root`` (default the store's) under
+    ``out/episodes/<dir key>/<hash>/`` and their index; returns the index's path relative to
+    ``out`` and how many episodes it lists. ``limit`` episodes at most (0: all)."""
+    key = dir_key(root if root is not None else store.uri)
+    folder = out / "episodes" / key / config_hash
     folder.mkdir(parents=True, exist_ok=True)
     t = store.episodes(["episode_id", "status"], config_hash=config_hash).to_pylist()
     # the failed ones first, so a cut (``limit``) never drops the episodes worth reading
     ids = [str(r["episode_id"]) for r in sorted(t, key=lambda r: (r["status"] == "ok", str(r["episode_id"])))]
     ids = sorted(ids[: limit or None])
-    metrics = [m for m in (*bench.primary_metrics, *bench.metric_order) if m][:6]
+    judged = judged_of(store, bench, config_hash, ids)      # one read of the judgements for every page
     entries = []
     for eid in ids:
-        view = load(store, bench, eid, label)
+        view = load(store, bench, eid, label, judged)
         (folder / f"{eid}.html").write_text(render_html(view, "index.html"))
-        vals = next((v for j, v in sorted(view.values.items(), reverse=True) if v), {})
-        entries.append((view.row, vals, f"{eid}.html"))
-    metrics = [m for m in dict.fromkeys(metrics) if any(m in v for _, v, _ in entries)]
-    (folder / "index.html").write_text(render_index(label, entries, metrics, "../../report.html"))
-    return f"episodes/{config_hash}/index.html"
+        entries.append((view.row, view.values, f"{eid}.html"))
+    columns = index_columns(bench, [v for _, v, _ in entries])
+    (folder / "index.html").write_text(render_index(label, entries, columns, "../../../report.html"))
+    return f"episodes/{key}/{config_hash}/index.html", len(entries)

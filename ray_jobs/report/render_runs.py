@@ -29,9 +29,9 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
         from ray_jobs.report.episodes import write_pages
 
         store = EpisodeStore(s.root, _gb(s.name).episode_fields)
-        for g in s.groups:
-            links[g.config_hash] = Link(f"{len(g.rows)} episodes",
-                                        write_pages(page.out, store, _gb(s.name), g.config_hash, g.label, episodes))
+        for g in s.groups:          # the link counts what the index it opens lists
+            href, n = write_pages(page.out, store, _gb(s.name), g.config_hash, g.label, episodes, s.root)
+            links[g.config_hash] = Link(f"{n} episodes", href)
     page.table(["configuration", "config hash", "planned", "scored", "error", "budget-stopped", "not run", "tasks",
                 "task set", "failures count as", "status", "transcripts"],
                [[g.label, g.config_hash, c.n_planned, c.n_scored, c.n_error, c.n_budget_stopped, c.n_not_run,

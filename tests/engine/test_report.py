@@ -295,3 +295,40 @@ def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
         sentence = f"Holm-adjusted over the 3 comparisons of {m} in this block"
         assert sentence in md and sentence in html
     assert "<th>p (Holm)</th>" in html
+
+
+def test_no_tokens_figure_when_no_episode_used_a_token(tmp_path):
+    """A rule-based run (no model: 0 tokens everywhere) gets no tokens figure, not an empty axis;
+    a configuration that used tokens still gets one."""
+    from ray_jobs.report.compute_runs import run_sections
+
+    store = EpisodeStore(tmp_path / "run", NEWS.episode_fields)
+    store.write_batch([dict(r, tokens_in=0, tokens_out=0) for r in _news_rows()], [])
+    [section] = run_sections(store.root, 50, {})
+    assert section.tokens is None
+    build([str(store.root)], tmp_path / "rep", n_boot=50, episodes=0)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "tokens per episode, by configuration" not in md and not list((tmp_path / "rep").glob("*tokens*.png"))
+    [used] = run_sections(_run_dir(tmp_path / "b"), 50, {})
+    assert used.tokens is not None and used.tokens.tokens[0] == [1100.0 + 1000 * i for i in range(6)]
+
+
+def test_episode_pages_are_kept_apart_per_run_dir(tmp_path):
+    """Two run dirs holding one configuration write their pages to two folders, each index
+    listing its own dir's episodes, and the link says how many that is."""
+    from ray_jobs.report.episodes import dir_key, write_pages
+
+    dirs = []
+    for name, n in (("x", 6), ("y", 3)):
+        store = EpisodeStore(tmp_path / name / "run", NEWS.episode_fields)
+        store.write_batch(_news_rows()[:n], [])
+        dirs.append((store, n))
+    hrefs = [write_pages(tmp_path / "rep", s, NEWS, "cfgA", "A", root=s.root) for s, _ in dirs]
+    assert [n for _, n in hrefs] == [6, 3] and hrefs[0][0] != hrefs[1][0]
+    assert dir_key(tmp_path / "x" / "run") != dir_key(tmp_path / "y" / "run")      # same name, other path
+    assert dir_key(tmp_path / "x" / "run").startswith("run-")
+    for (href, n), (store, _) in zip(hrefs, dirs):
+        index = (tmp_path / "rep" / href).read_text()
+        assert f'<span id="shown">{n}</span> of {n} shown' in index and index.count('<tr class="ep"') == n
+        assert '"../../../report.html"' in index
+    assert dir_key(tmp_path / "a #1?%").startswith("a-1-") and "/" not in dir_key("s3://bucket/runs/")
