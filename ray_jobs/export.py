@@ -3,7 +3,8 @@
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run:
 its parameters (model, config hash, agent and benchmark settings, judge, scoring policy, what the
 numbers are over), its metrics (each with its 95% task-bootstrap interval and its count, as
-``<metric>``, ``<metric>.lo``, ``<metric>.hi``, ``<metric>.n``), and its transcripts (the calls
+``<metric>``, ``<metric>.lo``, ``<metric>.hi``, ``<metric>.n``; the stored episodes outside its plan
+and the episodes its judge saw as ``n_outside_plan``, ``n_judged``, also as ``dateline.*`` tags), and its transcripts (the calls
 and the messages they refer to, as Parquet) as an artifact. MLflow logs to ``--tracking-uri`` (or
 ``$MLFLOW_TRACKING_URI``, else a local file store ``./mlruns``); W&B runs offline unless
 ``WANDB_MODE`` says otherwise (no network needed).
@@ -37,6 +38,13 @@ def _records(run_dir: str, n_boot: int = 200) -> Iterator[dict[str, Any]]:
                 if c is not None:
                     params.update(n_planned=c.n_planned, n_scored=c.n_scored, n_error=c.n_error,
                                   n_budget_stopped=c.n_budget_stopped, n_not_run=c.n_not_run, incomplete=c.incomplete)
+                # counts that a later run changes (a larger plan, another judge's pass): tags, not params
+                tags: dict[str, str] = {}
+                if c is not None:
+                    tags = {"dateline.n_outside_plan": str(c.n_outside_plan),
+                            "dateline.partially_judged": str(c.partially_judged).lower()}
+                    if c.n_judged is not None:
+                        tags["dateline.n_judged"] = str(c.n_judged)
                 params |= {f"agent.{k}": v for k, v in g.agent.items()}
                 params |= {f"benchmark.{k}": v for k, v in g.data.items()}
                 metrics: dict[str, float] = {}
@@ -48,8 +56,12 @@ def _records(run_dir: str, n_boot: int = 200) -> Iterator[dict[str, Any]]:
                     e = block.estimates[g.config_hash].get(m)
                     if e is not None and not math.isnan(e.lo):
                         metrics[f"{m}.lo"], metrics[f"{m}.hi"] = e.lo, e.hi
+                if c is not None:
+                    metrics["n_outside_plan"] = float(c.n_outside_plan)
+                    if c.n_judged is not None:
+                        metrics["n_judged"] = float(c.n_judged)
                 yield {"name": f"{section.name} {g.label}" + (f" [judge {g.judge}]" if g.judge else ""),
-                       "params": params, "metrics": metrics, "episodes": [r["episode_id"] for r in g.rows],
+                       "params": params, "metrics": metrics, "tags": tags, "episodes": [r["episode_id"] for r in g.rows],
                        "config_hash": g.config_hash, "benchmark": section.name}
 
 
@@ -106,6 +118,7 @@ def _mlflow(rec: dict[str, Any], files: list[Path], experiment: str, tracking_ur
     with mlflow.start_run(run_name=rec["name"][:250]) as run:
         mlflow.log_params({k: _param(v) for k, v in rec["params"].items()})
         mlflow.log_metrics({k.replace(":", "_"): v for k, v in rec["metrics"].items()})
+        mlflow.set_tags(rec.get("tags") or {})
         for f in files:
             mlflow.log_artifact(str(f), artifact_path="transcripts")
         return f"mlflow {uri}: run {run.info.run_id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts)"
@@ -118,7 +131,8 @@ def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str 
     d = Path(wandb_dir or ".").resolve()          # W&B writes its runs under d/wandb/
     d.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=project, name=rec["name"][:120], config={k: _param(v) for k, v in rec["params"].items()},
-                     dir=str(d), mode=mode, reinit="create_new")
+                     dir=str(d), mode=mode, reinit="create_new",
+                     tags=[f"{k}={v}"[:64] for k, v in (rec.get("tags") or {}).items()])
     try:
         run.summary.update({k.replace(":", "_"): v for k, v in rec["metrics"].items()})
         art = wandb.Artifact(f"transcripts-{rec['config_hash'][:12]}", type="transcripts")
