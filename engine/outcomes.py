@@ -22,6 +22,13 @@ checklist's floor of 20 %, ...), and which metrics need a judge (``judge_metrics
 * Either way every metric row carries ``n_planned``, ``n_scored``, ``n_error``,
   ``n_budget_stopped``, ``n_not_run``, and a configuration with any planned episode unscored is
   ``incomplete``; every table says so.
+* Stored episodes the plan leaves out (an earlier run planned more: a larger ``benchmark.limit``)
+  count in no mean, and are counted (``n_outside_plan``) under every output: a smaller re-run
+  does not silently redefine the denominator (:func:`outside_note`).
+* A judge that never saw a scored episode (it has no judgement of it, and the benchmark would ask
+  one: the episode was added after that judge ran) leaves it out of its judge-based means instead
+  of counting it ungraded; every row says how many it judged (``n_judged``) and such a view is
+  ``PARTIALLY JUDGED`` (:func:`judged_note`).
 * Judge-based metrics exist only where a judge ran: with no judge they are not produced at all
   (never a 0 from "nothing graded"), and the summary says to name one.
 * **Comparisons** (paper tables, curves, cross-configuration tables) are made on the tasks every
@@ -84,15 +91,26 @@ class Counts:
     n_error: int
     n_budget_stopped: int
     n_not_run: int
+    n_outside_plan: int = 0          # stored episodes the plan leaves out (in no mean)
+    n_judged: int | None = None      # scored planned episodes the view's judge saw (None: no judge)
 
     @property
     def incomplete(self) -> bool:
         return self.n_scored < self.n_planned
 
+    @property
+    def n_unseen(self) -> int:
+        """Scored planned episodes the view's judge never saw."""
+        return self.n_scored - self.n_judged if self.n_judged is not None else 0
+
+    @property
+    def partially_judged(self) -> bool:
+        return self.n_unseen > 0
+
     def columns(self) -> dict[str, Any]:
         return {"n_planned": self.n_planned, "n_scored": self.n_scored, "n_error": self.n_error,
                 "n_budget_stopped": self.n_budget_stopped, "n_not_run": self.n_not_run,
-                "incomplete": self.incomplete}
+                "incomplete": self.incomplete, "n_outside_plan": self.n_outside_plan, "n_judged": self.n_judged}
 
     def describe(self) -> str:
         """``"4 of 6 scored (1 error, 1 budget-stopped)"`` / ``"6 of 6 scored"``."""
@@ -108,8 +126,9 @@ class Counts:
 
         def get(k: str, d: int) -> int:
             return int(r[k]) if r.get(k) is not None else d
+        judged = r.get("n_judged")
         return Counts(get("n_planned", n), get("n_scored", n), get("n_error", 0), get("n_budget_stopped", 0),
-                      get("n_not_run", 0))
+                      get("n_not_run", 0), get("n_outside_plan", 0), int(judged) if judged is not None else None)
 
 
 INCOMPLETE = "incomplete"
@@ -139,12 +158,47 @@ def mark(counts: Counts) -> str:
 
 def n_cell(row: Mapping[str, Any]) -> str:
     """A table's "n" cell for a configuration (from any of its metric rows): the scored and
-    planned episodes, marked when incomplete: ``"6/6"``, ``"4/6 INCOMPLETE (1 error, 1 budget-stopped)"``."""
+    planned episodes, marked when incomplete: ``"6/6"``, ``"4/6 INCOMPLETE (1 error, 1 budget-stopped)"``,
+    and when its judge saw only some: ``"6/6 PARTIALLY JUDGED (4 judged)"``."""
     c = Counts.of_row(row)
+    judged = f" {PARTIALLY_JUDGED} ({c.n_judged} judged)" if c.partially_judged else ""
     if not c.incomplete:
-        return f"{c.n_scored}/{c.n_planned}"
+        return f"{c.n_scored}/{c.n_planned}{judged}"
     why = c.describe().partition(" scored")[2].strip()
-    return f"{c.n_scored}/{c.n_planned} INCOMPLETE{(' ' + why) if why else ''}"
+    return f"{c.n_scored}/{c.n_planned} INCOMPLETE{(' ' + why) if why else ''}{judged}"
+
+
+PARTIALLY_JUDGED = "PARTIALLY JUDGED"
+
+
+def outside_note(n: int) -> str:
+    """The sentence every output of a configuration carries when stored episodes lie outside its
+    plan ("" for none): they are in no number, and a smaller re-run must not pass for the whole."""
+    if not n:
+        return ""
+    return (f"{n} stored episode{'s are' if n != 1 else ' is'} outside this plan (an earlier run planned more; "
+            "run with that benchmark.limit / task_ids / num_seeds to count them).")
+
+
+def judged_note(judge: str, c: Counts, policy: str = "as_wrong") -> str:
+    """The line a view whose judge never saw some scored episodes carries ("" when it saw every
+    one): how much of the plan it judged, and what its judge-based means are over (the planned
+    episodes less the unseen ones under as_wrong; the judged ones under exclude)."""
+    if not c.partially_judged or c.n_judged is None:
+        return ""
+    n = (c.n_planned if policy == "as_wrong" else c.n_scored) - c.n_unseen
+    return (f"{PARTIALLY_JUDGED}: judge {judge} judged {c.n_judged} of {c.n_planned} planned episodes "
+            f"({c.n_unseen} scored one{'s' if c.n_unseen != 1 else ''} it never saw: run again with this judge to "
+            f"judge them); its judge-based metrics leave {'them' if c.n_unseen != 1 else 'it'} out (n={n}).")
+
+
+def count_notes(row: Mapping[str, Any]) -> list[str]:
+    """What a configuration's counts add under any output, from one of its metric rows: its
+    judge's coverage (:func:`judged_note`) and the stored episodes outside its plan (:func:`outside_note`)."""
+    c = Counts.of_row(row)
+    notes = [judged_note(str(row.get("judge") or ""), c, str(row.get("score_failures") or "as_wrong")),
+             outside_note(c.n_outside_plan)]
+    return [n for n in notes if n]
 
 
 def plan_of(rows: Sequence[Row], planned: Sequence[Planned] | None) -> list[Planned]:
@@ -155,12 +209,31 @@ def plan_of(rows: Sequence[Row], planned: Sequence[Planned] | None) -> list[Plan
 
 
 def count(rows: Sequence[Row], planned: Sequence[Planned] | None) -> Counts:
+    """The outcomes of the plan; the stored episodes outside it (only when a plan was recorded);
+    and, when the rows carry a judge's judgements (``row["judge"]``), the scored planned episodes
+    it saw (:func:`mark_unseen`)."""
     by = {r["episode_id"]: r for r in rows}
     plan = plan_of(rows, planned)
     n: dict[str, int] = defaultdict(int)
+    seen = 0
     for p in plan:
-        n[outcome(by.get(p.episode_id))] += 1
-    return Counts(len(plan), n[SCORED], n[ERROR], n[BUDGET_STOPPED], n[NOT_RUN])
+        r = by.get(p.episode_id)
+        n[outcome(r)] += 1
+        seen += r is not None and outcome(r) == SCORED and not r.get("unseen")
+    outside = len(by.keys() - {p.episode_id for p in plan}) if planned is not None else 0
+    judged = any(r.get("judge") for r in rows)
+    return Counts(len(plan), n[SCORED], n[ERROR], n[BUDGET_STOPPED], n[NOT_RUN], outside, seen if judged else None)
+
+
+def mark_unseen(bench: Any, rows: Sequence[Row]) -> None:
+    """Set ``row["unseen"]`` on one judge's view of a configuration: a scored episode that judge
+    has no judgement of, which the benchmark would ask one of (an episode added after the judge
+    ran, or one a budget kept from it). Its judge-based values are then absent, not "ungraded"
+    (a judge that tried and failed). Episodes that need no judgement (a livenews answer that
+    failed, an empty analyst report) are not unseen."""
+    for r in rows:
+        r["unseen"] = bool(r.get("judge") and outcome(r) == SCORED and not r.get("judgements")
+                           and bench.judge_requests(r, {}))
 
 
 def task_set(planned: Iterable[Planned]) -> str:
@@ -184,7 +257,8 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
     """Per planned episode (in plan order), the values its means count: a scored episode's own
     (``bench.episode_values``; judge-based ones only when ``judged``), an unscored one's
     ``bench.failure_values`` under ``as_wrong`` (none under ``exclude``). Stored rows outside the
-    plan are not counted."""
+    plan are not counted, nor the judge-based values of an episode the judge never saw
+    (``row["unseen"]``, :func:`mark_unseen`)."""
     if policy not in POLICIES:
         raise ValueError(f"score_failures must be one of {POLICIES}, got {policy!r}")
     by = {r["episode_id"]: r for r in rows}
@@ -196,7 +270,8 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
     for p in plan:
         o = outcome(by.get(p.episode_id))
         if o == SCORED:
-            vals = {k: float(v) for k, v in next(own).items() if judged or k not in judge_only}
+            seen = judged and not by[p.episode_id].get("unseen")
+            vals = {k: float(v) for k, v in next(own).items() if seen or k not in judge_only}
         elif policy == "exclude":
             vals = {}
         else:
@@ -228,6 +303,10 @@ def metric_rows(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | No
     judge_only = set(getattr(bench, "judge_metrics", ()))
     extras = [m for m in (bench.metrics(scored) if scored else [])
               if m.metric not in mean_rows and (judged or m.metric not in judge_only)]
+    seen = [r for r in scored if not r.get("unseen")]
+    if judged and len(seen) < len(scored):      # judge-based extras over what the judge saw only
+        again = {m.metric: m for m in (bench.metrics(seen) if seen else [])}
+        extras = [x for m in extras if (x := again.get(m.metric) if m.metric in judge_only else m) is not None]
     order = list(getattr(bench, "metric_order", ()))
     ordered = [mean_rows.pop(k) for k in order if k in mean_rows] + sorted(mean_rows.values(), key=lambda m: m.metric)
     return ordered + extras, count(rows, planned)
@@ -328,7 +407,7 @@ def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) ->
 @dataclass
 class ConfigView:
     """One configuration of a run dir seen through one judge ("" for none): its stored rows
-    (``row["judgements"]``, ``row["judge"]``, ``row["evaluation"]`` set), its plan (None: the
+    (``row["judgements"]``, ``row["judge"]``, ``row["evaluation"]``, ``row["unseen"]`` set), its plan (None: the
     stored rows are the plan), the scoring policy, and what identifies its task set."""
     config_hash: str
     model: str
@@ -421,10 +500,13 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
     first = eps[0]
     key = dataset_key(bench, first["data"])
     also = family().get(key) if family is not None and not any(outcome(r) == SCORED for r in eps) else None
+    views = judged_views(eps, by_judge, judges, judge, ev, also)
+    for jv in views:
+        mark_unseen(bench, jv.rows)
     return [ConfigView(config_hash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
                        v.judge_model, v.self_judged, v.rows, planned, policy, tset, json.dumps([v.judge, key]),
                        str(judges.get(v.judge, {}).get("weights") or "") if v.judge else "")
-            for v in judged_views(eps, by_judge, judges, judge, ev, also)]
+            for v in views]
 
 
 def config_views(store: Any, bench: Any, judge: str | None = None, score_failures: str | None = None,
@@ -599,6 +681,15 @@ def table_rows(rows: Sequence[Mapping[str, Any]], all_tasks: bool = False) -> tu
             policy = r.get("score_failures") or "as_wrong"
             notes.append(f"INCOMPLETE: {r['model']} [{r['config_hash'][:8]}]: {c.describe()}; failures "
                          f"{'count as wrong' if policy == 'as_wrong' else 'are excluded'} (run.score_failures={policy}).")
+    notes += [f"{r['model']} [{r['config_hash'][:8]}]: {n}" for r in _first_per_config(keep) for n in count_notes(r)]
     if any(not r.get("judge") and UNGRADED in str(r.get("note") or "") for r in keep):
         notes.append(UNGRADED[0].upper() + UNGRADED[1:] + ".")
     return keep, notes
+
+
+def _first_per_config(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One row per (configuration, judge), in order: the counts are the same on all of its rows."""
+    firsts: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for r in rows:
+        firsts.setdefault((r["config_hash"], str(r.get("judge") or "")), r)
+    return list(firsts.values())

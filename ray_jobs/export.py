@@ -11,9 +11,10 @@ same values, scopes, counts and marks as ``dateline tables``, the report and the
 * parameters: only what never changes for the run (model, config hash, judge, agent and
   benchmark settings, scoring policy, task set);
 * tags: what can change as episodes are added or judged again: ``dateline.incomplete``,
-  ``dateline.self_judged``, ``dateline.marks`` (every mark, as the report prints them),
-  ``dateline.n_outside_plan`` when stored episodes fall outside the plan; and the marks are in the
-  run's name (``livenews scripted [judge grader:ab12] [INCOMPLETE]``);
+  ``dateline.self_judged``, ``dateline.partially_judged``, ``dateline.marks`` (every mark, as the
+  report prints them), ``dateline.n_outside_plan`` (stored episodes outside the plan) and
+  ``dateline.n_judged`` (the episodes its judge saw; also metrics); and the marks are in the run's
+  name (``livenews scripted [judge grader:ab12] [INCOMPLETE]``);
 * the transcripts (the calls and the messages they refer to, as Parquet) as an artifact.
 
 Exporting again updates the same tracker runs (found by the tag ``dateline.key``: run dir,
@@ -66,7 +67,8 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         first = firsts[(bench, h, judge)]
         c = outcomes.Counts.of_row(first)
         agent, data = json.loads(first["agent"] or "{}"), json.loads(first["data"] or "{}")
-        marks = (["INCOMPLETE"] * c.incomplete + [SELF_JUDGED.upper()] * bool(first["self_judged"])
+        marks = (["INCOMPLETE"] * c.incomplete + [outcomes.PARTIALLY_JUDGED] * c.partially_judged
+                 + [SELF_JUDGED.upper()] * bool(first["self_judged"])
                  + [w.split(":")[0].strip() for w in get_benchmark(bench).config_warnings(agent)])
         params: dict[str, Any] = {"benchmark": bench, "model": first["model"], "config_hash": h,
                                   "judge": judge or "none", "score_failures": first["score_failures"],
@@ -74,6 +76,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         params |= {f"agent.{k}": v for k, v in agent.items()}
         params |= {f"benchmark.{k}": v for k, v in data.items()}
         metrics: dict[str, float] = {k: float(first[k] or 0) for k in _COUNTS}
+        metrics["n_outside_plan"] = float(c.n_outside_plan)
+        if c.n_judged is not None:
+            metrics["n_judged"] = float(c.n_judged)
         for r in rs:
             prefix = "" if (r["scope"] or outcomes.ALL) == outcomes.ALL else "common."
             if r["value"] is None or (isinstance(r["value"], float) and math.isnan(r["value"])):
@@ -88,8 +93,11 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 "dateline.marks": ", ".join(marks) or "none",
                 "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),
                                             bench, h, judge)}
-        if first.get("n_outside_plan"):
-            tags["dateline.n_outside_plan"] = str(first["n_outside_plan"])
+        # counts a later run changes (a larger plan, another judge's pass): tags, not params
+        tags |= {"dateline.n_outside_plan": str(c.n_outside_plan),
+                 "dateline.partially_judged": str(c.partially_judged).lower()}
+        if c.n_judged is not None:
+            tags["dateline.n_judged"] = str(c.n_judged)
         name = (f"{bench} {labels[(bench, h)]}" + (f" [judge {judge}]" if judge else "")
                 + "".join(f" [{m}]" for m in marks))
         yield {"name": name, "params": params, "metrics": metrics, "tags": tags,

@@ -1105,6 +1105,7 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
                       f"(run.score_failures={policy})" if c.incomplete else ""))
         if not j and these[0].get("note"):
             out.append(str(these[0]["note"]))
+        out += outcomes.count_notes(these[0])
         out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))
     return "\n".join(out)
 

@@ -306,7 +306,8 @@ def _counts(g: ConfigGroup) -> outcomes.Counts:
 def _marks(bench: Benchmark[Any], g: ConfigGroup) -> tuple[str, ...]:
     from engine.judges import SELF_JUDGED
 
-    return (("INCOMPLETE",) * _counts(g).incomplete + (SELF_JUDGED.upper(),) * g.self_judged
+    return (("INCOMPLETE",) * _counts(g).incomplete + (outcomes.PARTIALLY_JUDGED,) * _counts(g).partially_judged
+            + (SELF_JUDGED.upper(),) * g.self_judged
             + tuple(w.split(":")[0].strip() for w in bench.config_warnings(g.agent)))
 
 

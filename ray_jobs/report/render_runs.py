@@ -9,7 +9,8 @@ from engine import outcomes
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
-from ray_jobs.report.compute_runs import BenchmarkSection, CostRow, CrossRunSection, JudgedBlock, Leaderboard
+from ray_jobs.report.compute_runs import (BenchmarkSection, ConfigGroup, CostRow, CrossRunSection, JudgedBlock,
+                                          Leaderboard)
 from ray_jobs.report.page import Cell, Link, Page, est, num
 
 
@@ -119,6 +120,14 @@ def cost_cells(row: CostRow) -> list[Cell]:
             f"x {p.units_per_replica:g}", cost_ep, total]
 
 
+def count_lines(page: Page, g: ConfigGroup) -> None:
+    """Under a table: how much of its plan the configuration's judge saw, and its stored episodes
+    outside the plan (engine/outcomes.py ``count_notes``)."""
+    c = g.counts or outcomes.count(g.rows, g.planned)
+    for note in outcomes.count_notes({**c.columns(), "judge": g.judge, "score_failures": g.policy}):
+        (page.strong if note.startswith(outcomes.PARTIALLY_JUDGED) else page.para)(f"{g.label}: {note}")
+
+
 def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     """Metrics with intervals, paired tests, paper tables and plots of one judge's block."""
     page.heading("Metrics", level)
@@ -126,6 +135,8 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
         page.para(b.scope_note)
     if not b.judge and get_benchmark(name).judge_metrics:
         page.strong(outcomes.UNGRADED)
+    for g in b.groups:
+        count_lines(page, g)
     # what every column is over: the configuration's plan (scored / planned, marked when incomplete)
     rows: list[list[Cell]] = [["episodes (scored/planned)",
                                *[outcomes.n_cell((g.counts or outcomes.count(g.rows, g.planned)).columns())
@@ -203,6 +214,9 @@ def render_cross_runs(page: Page, s: CrossRunSection) -> None:
         for p, level in ((page, 3), (board, 2)):
             render_leaderboard(p, lb, level)
     if s.leaderboards:
+        for b in s.blocks:          # what the counts add: a judge's coverage, episodes outside a plan
+            for g in b.groups:
+                count_lines(board, g)
         board.write_named("leaderboard", f"dateline leaderboards: {s.name}")
     for b in s.blocks:
         if b.judge:
