@@ -280,7 +280,7 @@ def metrics(a: argparse.Namespace) -> int:
     a run's metrics table."""
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
-    from engine.outcomes import n_cell
+    from engine.outcomes import interval_cell, n_cell
     from engine.progress import table
     from engine.runlock import RunDirLock
     from engine.storage import EpisodeStore
@@ -301,10 +301,10 @@ def metrics(a: argparse.Namespace) -> int:
     with RunDirLock(a.run_dir, "dateline metrics"):        # it writes the metrics table
         rows = reduce_metrics(store, a.benchmark, judge, policy)
     mine = [r for r in rows if r.get("scope") == "all"]
-    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n", "scored/planned"],
+    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
                            [(r["model"], r["config_hash"],
                              (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
-                             r["metric"], r["value"], r["n"], n_cell(r)) for r in mine]) + "\n")
+                             r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
     for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
         sys.stdout.write(note + "\n")
     if any(r["self_judged"] for r in rows):

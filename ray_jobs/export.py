@@ -2,8 +2,10 @@
 
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run:
 its parameters (model, config hash, agent and benchmark settings, judge, scoring policy, what the
-numbers are over), its metrics (each with its 95% task-bootstrap interval and its count, as
-``<metric>``, ``<metric>.lo``, ``<metric>.hi``, ``<metric>.n``), and its transcripts (the calls
+numbers are over), its metrics (each with its 95% interval and its count, as ``<metric>``,
+``<metric>.lo``, ``<metric>.hi``, ``<metric>.n``; the parameter ``<metric>.interval`` says how the
+interval was made, exact | bootstrap | too_few_tasks, the last without .lo/.hi; engine.stats.interval),
+and its transcripts (the calls
 and the messages they refer to, as Parquet) as an artifact. MLflow logs to ``--tracking-uri`` (or
 ``$MLFLOW_TRACKING_URI``, else a local file store ``./mlruns``); W&B runs offline unless
 ``WANDB_MODE`` says otherwise (no network needed).
@@ -46,8 +48,10 @@ def _records(run_dir: str, n_boot: int = 200) -> Iterator[dict[str, Any]]:
                     metrics[m] = float(value)
                     metrics[f"{m}.n"] = float(n)
                     e = block.estimates[g.config_hash].get(m)
-                    if e is not None and not math.isnan(e.lo):
-                        metrics[f"{m}.lo"], metrics[f"{m}.hi"] = e.lo, e.hi
+                    if e is not None:        # the report's interval (stats.interval), and how it was made
+                        params[f"{m}.interval"] = e.method
+                        if not math.isnan(e.lo):        # none with too few tasks: never a zero-width stand-in
+                            metrics[f"{m}.lo"], metrics[f"{m}.hi"] = e.lo, e.hi
                 yield {"name": f"{section.name} {g.label}" + (f" [judge {g.judge}]" if g.judge else ""),
                        "params": params, "metrics": metrics, "episodes": [r["episode_id"] for r in g.rows],
                        "config_hash": g.config_hash, "benchmark": section.name}

@@ -291,6 +291,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
                          "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n,
+                         "lo": m.lo, "hi": m.hi, "interval": m.interval,
                          **c_all.columns()} for m in mrows]
         plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
         order += [m.metric for m in mrows if m.metric not in order]
@@ -300,7 +301,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         ests[g.config_hash] = {}
         for m in {k for vals in g.values for k in vals}:
             xs = [vals.get(m, float("nan")) for vals in g.values]
-            e = stats.cluster_mean(xs, g.value_tasks, n_boot, seed=0)
+            e = stats.interval(xs, g.value_tasks, n_boot, seed=0)
             ests[g.config_hash][m] = e
             want = plain[g.config_hash].get(m)
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
@@ -401,8 +402,8 @@ def cost_rows(groups: list[ConfigGroup], costs: dict[str, ConfigCost], n_boot: i
     rows = []
     for g in groups:
         c, ok = costs[g.config_hash], g.ok
-        tok = stats.cluster_mean([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
-        ce = stats.cluster_mean(c.per_episode, c.tasks, n_boot) if c.prices.configured else None
+        tok = stats.interval([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
+        ce = stats.interval(c.per_episode, c.tasks, n_boot) if c.prices.configured else None
         rows.append(CostRow(g.label, tok, c, ce))
     return rows
 
@@ -413,6 +414,6 @@ def tokens_chart(groups: list[ConfigGroup], costs: dict[str, ConfigCost]) -> Tok
         return None
     priced = [i for i, g in enumerate(groups) if costs[g.config_hash].prices.configured
               and costs[g.config_hash].per_episode]
-    cost = [(i, stats.cluster_mean(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
+    cost = [(i, stats.interval(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
             for i in priced]
     return TokensChart([g.label for g in groups], data, cost)
