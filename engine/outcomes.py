@@ -201,6 +201,15 @@ def count_notes(row: Mapping[str, Any]) -> list[str]:
     return [n for n in notes if n]
 
 
+def interval_cell(row: Mapping[str, Any]) -> str:
+    """A metrics row's interval as printed beside its value: ``"[0.000, 0.265] exact"``,
+    ``"too few tasks for an interval"``, or "" for a value that is not a mean (and older tables)."""
+    lo, hi, how = row.get("lo"), row.get("hi"), row.get("interval") or ""
+    if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
+        return f"[{lo:.3f}, {hi:.3f}] {how}".strip()
+    return "too few tasks for an interval" if how == "too_few_tasks" else ""
+
+
 def plan_of(rows: Sequence[Row], planned: Sequence[Planned] | None) -> list[Planned]:
     """The plan, or (no plan recorded) the stored episodes as the plan."""
     if planned is not None:
@@ -281,13 +290,23 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
 
 
 def means(values: Sequence[EpisodeValue]) -> list[MetricRow]:
-    """The mean of each metric over the episodes that have it (NaN values are absent values)."""
+    """The mean of each metric over the episodes that have it (NaN values are absent values), with
+    its interval (``stats.interval``: the one the report, leaderboard and export print)."""
+    from engine import stats
+
     acc: dict[str, list[float]] = {}
+    tasks: dict[str, list[str]] = {}
     for ev in values:
         for k, v in ev.values.items():
             if not math.isnan(v):
                 acc.setdefault(k, []).append(v)
-    return [MetricRow(k, fmean(xs), len(xs)) for k, xs in acc.items()]
+                tasks.setdefault(k, []).append(ev.planned.task_id)
+    out = []
+    for k, xs in acc.items():
+        e = stats.interval(xs, tasks[k], seed=0)
+        known = not math.isnan(e.lo)
+        out.append(MetricRow(k, fmean(xs), len(xs), e.lo if known else None, e.hi if known else None, e.method))
+    return out
 
 
 def metric_rows(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, policy: str,

@@ -168,6 +168,11 @@ class MetricRow:
     metric: str
     value: float
     n: int
+    # the 95% interval of a mean (engine.stats.interval): lo, hi (None: no interval) and how it was
+    # made (exact | bootstrap | too_few_tasks; "" for a value that is not a mean, e.g. a spread)
+    lo: float | None = None
+    hi: float | None = None
+    interval: str = ""
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,9 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("task_set", pa.string()),       # hash of the planned (task, seed) set
     pa.field("tasks_dropped", pa.int64()),   # scope common: planned tasks of this config left out
     pa.field("note", pa.string()),           # what else a reader must know (e.g. who wrote the checklists)
+    # the value's 95% interval (engine.stats.interval; null where there is none) and how it was made:
+    # exact | bootstrap | too_few_tasks, "" for a value that is not a mean (older files: null)
+    pa.field("lo", pa.float64()), pa.field("hi", pa.float64()), pa.field("interval", pa.string()),
 ]
 METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)
 # the Parquet metadata key of the stored metrics table: what its rows were computed from
@@ -1256,4 +1259,5 @@ def metric_rows(benchmark: str, model: str, config_hash: str, agent: str, data: 
     ``scope``, ``task_set``; engine/outcomes.py), the same for every row given."""
     return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent, "data": data,
              "judge": judge, "judge_model": judge_model, "self_judged": self_judged,
-             "metric": m.metric, "value": m.value, "n": m.n, **counts} for m in rows]
+             "metric": m.metric, "value": m.value, "n": m.n, "lo": m.lo, "hi": m.hi, "interval": m.interval,
+             **counts} for m in rows]

@@ -282,7 +282,7 @@ def metrics(a: argparse.Namespace) -> int:
     a run's metrics table under these flags (nothing is written)."""
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
-    from engine.outcomes import count_notes, n_cell
+    from engine.outcomes import count_notes, interval_cell, n_cell
     from engine.progress import table
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
@@ -302,10 +302,10 @@ def metrics(a: argparse.Namespace) -> int:
     # computed, printed, never stored: the flags change this output only (engine/metric_table.py)
     rows = reduce_metrics(store, a.benchmark, judge, policy)
     mine = [r for r in rows if r.get("scope") == "all"]
-    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "n", "scored/planned"],
+    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
                            [(r["model"], r["config_hash"],
                              (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
-                             r["metric"], r["value"], r["n"], n_cell(r)) for r in mine]) + "\n")
+                             r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
     for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
         sys.stdout.write(note + "\n")
     for r in {(r["config_hash"], r["judge"]): r for r in mine}.values():    # its judge's coverage, its plan

@@ -5,7 +5,8 @@ with the numbers every other reader shows (the metrics table of ``engine/metric_
 same values, scopes, counts and marks as ``dateline tables``, the report and the API):
 
 * metrics: each metric over the configuration's plan under its plain name (``accuracy``,
-  ``accuracy.n``, and ``accuracy.lo`` / ``accuracy.hi`` where an interval means something), the
+  ``accuracy.n``, and ``accuracy.lo`` / ``accuracy.hi`` where an interval means something; the tag
+  ``accuracy.interval`` says how it was made: exact | bootstrap | too_few_tasks), the
   comparison over the tasks every compared configuration finished beside it
   (``common.accuracy``, ``common.accuracy.n``), and the counts (``n_planned``, ``n_scored``...);
 * parameters: only what never changes for the run (model, config hash, judge, agent and
@@ -79,6 +80,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         metrics["n_outside_plan"] = float(c.n_outside_plan)
         if c.n_judged is not None:
             metrics["n_judged"] = float(c.n_judged)
+        interval: dict[str, str] = {}
         for r in rs:
             prefix = "" if (r["scope"] or outcomes.ALL) == outcomes.ALL else "common."
             if r["value"] is None or (isinstance(r["value"], float) and math.isnan(r["value"])):
@@ -87,8 +89,11 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
             metrics[m], metrics[f"{m}.n"] = float(r["value"]), float(r["n"])
             lo, hi = r.get("lo"), r.get("hi")
             if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
+                # none with too few tasks: never a zero-width stand-in (engine.stats.interval)
                 metrics[f"{m}.lo"], metrics[f"{m}.hi"] = float(lo), float(hi)
-        tags = {"dateline.incomplete": str(c.incomplete).lower(),
+            if r.get("interval"):
+                interval[f"{m}.interval"] = r["interval"]          # exact | bootstrap | too_few_tasks
+        tags = interval | {"dateline.incomplete": str(c.incomplete).lower(),
                 "dateline.self_judged": str(bool(first["self_judged"])).lower(),
                 "dateline.marks": ", ".join(marks) or "none",
                 "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),

@@ -2,8 +2,9 @@
 also saved as PNG next to it) and the same tables as Markdown, for any mix of run directories
 and pairwise directories.
 
-Every number that estimates something carries a 95% interval from a bootstrap that resamples
-tasks (``engine.stats``) and the count it rests on. Per run directory and benchmark: metrics per
+Every number that estimates something carries a 95% interval (``engine.stats.interval``: exact for
+a share with one 0/1 value per task, else a bootstrap that resamples tasks, and none, said so, with
+too few tasks) and the count it rests on. Per run directory and benchmark: metrics per
 configuration, paired tests between configurations on the benchmark's primary metrics, its
 paper-layout tables, tokens and cost per episode, and the benchmark's curve (livenews: accuracy
 vs search budget) or per-task chart (analyst: checklist by task). Per pairwise directory: the

@@ -363,6 +363,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
                          "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n,
+                         "lo": m.lo, "hi": m.hi, "interval": m.interval,
                          **c_all.columns()} for m in mrows]
         own = {m: outcomes.restrict(v.rows, v.planned, s) if s else v.planned
                for m, s in special.get(v.config_hash, {}).items()}     # metrics compared on fewer tasks
@@ -381,7 +382,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
                 xs, tasks = [e.values.get(m, float("nan")) for e in evm], [e.planned.task_id for e in evm]
             else:
                 xs, tasks = [vals.get(m, float("nan")) for vals in g.values], g.value_tasks
-            e = stats.cluster_mean(xs, tasks, n_boot, seed=0)
+            e = stats.interval(xs, tasks, n_boot, seed=0)
             ests[g.config_hash][m] = e
             want = plain[g.config_hash].get(m)
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
@@ -482,8 +483,8 @@ def cost_rows(groups: list[ConfigGroup], costs: dict[str, ConfigCost], n_boot: i
     rows = []
     for g in groups:
         c, ok = costs[g.config_hash], g.ok
-        tok = stats.cluster_mean([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
-        ce = stats.cluster_mean(c.per_episode, c.tasks, n_boot) if c.prices.configured else None
+        tok = stats.interval([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
+        ce = stats.interval(c.per_episode, c.tasks, n_boot) if c.prices.configured else None
         rows.append(CostRow(g.label, tok, c, ce))
     return rows
 
@@ -497,6 +498,6 @@ def tokens_chart(groups: list[ConfigGroup], costs: dict[str, ConfigCost]) -> Tok
         return None
     priced = [i for i, g in enumerate(groups) if costs[g.config_hash].prices.configured
               and any(x > 0 for x in costs[g.config_hash].per_episode)]
-    cost = [(i, stats.cluster_mean(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
+    cost = [(i, stats.interval(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
             for i in priced]
     return TokensChart([g.label for g in groups], data, cost)

@@ -131,7 +131,17 @@ def num(v: float | None) -> str:
 
 
 def est(e: stats.Estimate) -> str:
+    """``0.000 [0.000, 0.168] (n=20, exact)``; ``0.512 [0.40, 0.61] (n=30, bootstrap)``; with too few
+    tasks for an interval (stats.interval), no interval and it says so: ``1 (n=2; too few tasks for an
+    interval)``."""
     if math.isnan(e.value):
         return "n/a"
-    ci = "" if math.isnan(e.lo) else f" [{num(e.lo)}, {num(e.hi)}]"
-    return f"{num(e.value)}{ci} (n={e.n})"
+    return f"{num(e.value)}{ci(e.lo, e.hi, e.method, e.n)}"
+
+
+def ci(lo: float | None, hi: float | None, method: str, n: int) -> str:
+    """The interval and count after a value (see :func:`est`); also for the paired differences and
+    the metrics table's ``lo``/``hi``/``interval`` columns, so every output writes it alike."""
+    if method == stats.TOO_FEW or lo is None or hi is None or math.isnan(lo):
+        return f" (n={n}; too few tasks for an interval)" if method == stats.TOO_FEW else f" (n={n})"
+    return f" [{num(lo)}, {num(hi)}] (n={n}, {method})"

@@ -5,20 +5,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine import outcomes
+from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
 from ray_jobs.report.compute_runs import (BenchmarkSection, ConfigGroup, CostRow, CrossRunSection, JudgedBlock,
                                           Leaderboard)
-from ray_jobs.report.page import Cell, Link, Page, est, num
+from ray_jobs.report.page import Cell, Link, Page, ci, est, num
 
 
 def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> None:
     """The section on the page, and (``episodes`` > 0) the episode pages of each configuration,
     linked from its row (at most ``episodes`` each)."""
     page.heading(f"{s.name}: {s.root}")
-    page.para(f"{len(s.groups)} configuration(s). Intervals: 95% bootstrap over tasks ({s.n_boot} resamples); "
+    page.para(f"{len(s.groups)} configuration(s). Intervals (95%): exact (Clopper-Pearson) for a share with one "
+              f"0/1 value per task; else a bootstrap over tasks ({s.n_boot} resamples), and none below "
+              f"{stats.MIN_BOOT_TASKS} tasks (too few tasks for an interval); "
               "n = planned episodes behind the value. Every configuration's numbers are over its plan: an episode "
               "that was planned and has no scored result (an error, a budget stop, one never run) counts as its "
               "benchmark's failure value under run.score_failures=as_wrong, or is left out under exclude "
@@ -111,7 +113,8 @@ def cost_cells(row: CostRow) -> list[Cell]:
     c, p = row.cost, row.cost.prices
     if row.per_episode is not None:
         ce = row.per_episode
-        cost_ep = f"${ce.value:.4f} [{ce.lo:.4f}, {ce.hi:.4f}]" if not math.isnan(ce.lo) else f"${ce.value:.4f}"
+        cost_ep = (f"${ce.value:.4f} [{ce.lo:.4f}, {ce.hi:.4f}]" if not math.isnan(ce.lo) else
+                   f"${ce.value:.4f}" + (" (too few tasks for an interval)" if ce.method == stats.TOO_FEW else ""))
         total = f"${c.total:.4f}"
     else:
         cost_ep = total = "no prices configured"
@@ -152,13 +155,15 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     if b.paired is not None:
         page.heading("Paired comparisons", level)
         page.para("Per task (values averaged over seeds), configurations compared on the tasks they share: mean "
-                  "difference A - B with a 95% bootstrap interval over tasks, and a two-sided sign-flip "
+                  "difference A - B with a 95% bootstrap interval over tasks (none below "
+                  f"{stats.MIN_BOOT_TASKS} shared tasks), and a two-sided sign-flip "
                   "permutation test (exact up to 16 tasks; above, a Monte-Carlo estimate (b + 1) / (m + 1) over "
                   "m random sign patterns, never 0). With few tasks trust the p-value over the interval: a percentile "
                   "bootstrap is too narrow below ~20 tasks, and the exact test cannot go below "
                   "2 / 2^(tasks with a difference).")
         page.table(["metric", "A", "B", "A - B", "p", "p (Holm)", "tasks"],
-                   [[r.metric, r.a, r.b, f"{num(r.test.mean_diff)} [{num(r.test.lo)}, {num(r.test.hi)}]",
+                   [[r.metric, r.a, r.b, num(r.test.mean_diff) + ci(r.test.lo, r.test.hi, r.test.method,
+                                                                     r.test.n_tasks),
                      f"{r.test.p_value:.3g}", f"{r.p_holm:.3g}", r.test.n_tasks] for r in b.paired])
         families = {r.metric: r.family_size for r in b.paired}
         if families:

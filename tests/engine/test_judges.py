@@ -76,7 +76,9 @@ def test_report_shows_each_judge_in_its_own_labelled_block(tmp_path):
     by_model = {b.split(":", 1)[0]: b for b in blocks}
     assert set(by_model) == {"lenient-judge", "strict-judge"}
     acc = {m: next(line for line in b.splitlines() if line.startswith("| accuracy |")) for m, b in by_model.items()}
-    assert "| 1 [1, 1] (n=4) |" in acc["lenient-judge"] and "| 0.000 [0.000, 0.000] (n=4) |" in acc["strict-judge"]
+    # 4 of 4 and 0 of 4, one answer a task: exact intervals, 0.025^(1/4) = 0.398 and 1 - that (not [1, 1])
+    assert "| 1 [0.398, 1] (n=4, exact) |" in acc["lenient-judge"]
+    assert "| 0.000 [0.000, 0.602] (n=4, exact) |" in acc["strict-judge"]
     assert "SELF-JUDGED" not in md
     # judge=... at report time keeps one
     assert main([str(store.root), "--out", str(tmp_path / "one"), "--boot", "20", "judge=strict-judge"]) == 0

@@ -213,7 +213,8 @@ def test_pairwise_stage_and_report(tmp_path):
     bt = [ln for ln in md.splitlines() if re.match(r"\| [123] \| ", ln)]
     assert [ln.split(" | ")[1] for ln in bt] == ["qwen (guided_json=True)", "qwen (guided_json=False)", "reference (human)"]
     assert "Same winner when the order is swapped: 100.0% of" in md
-    assert re.search(r"Agreement with human labels \(human.jsonl\): 0\.667 \[[0-9.]+, [0-9.]+\] \(n=3\); 1 human ties", md)
+    # 3 comparisons on 2 tasks: no exact interval (a task twice), too few tasks for a bootstrap one
+    assert "Agreement with human labels (human.jsonl): 0.667 (n=3; too few tasks for an interval); 1 human ties" in md
     assert html.count("data:image/png;base64,") >= 3 and "<table>" in html
     pngs = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
     assert any("winrate" in p for p in pngs) and any("dimensions" in p for p in pngs)

@@ -155,3 +155,45 @@ def test_agreement_excludes_human_ties_and_undecided():
     judge = {("t1", "A", "B"): "A", ("t2", "A", "B"): "A", ("t3", "A", "B"): "A"}
     e = stats.agreement(judge, human, task_of=lambda k: k[0], n_boot=200)
     assert e.value == 0.5 and e.n == 2                       # t3 human tie, t4 no verdict
+
+
+def test_clopper_pearson_hand_computed():
+    """The exact interval at its closed forms: 0 of n has hi = 1 - (alpha/2)^(1/n), n of n has
+    lo = (alpha/2)^(1/n); 1 of 3 against the Beta quantiles."""
+    lo, hi = stats.clopper_pearson(0, 20)
+    assert lo == 0 and hi == pytest.approx(1 - 0.025 ** (1 / 20), abs=1e-9) and round(hi, 4) == 0.1684
+    lo, hi = stats.clopper_pearson(2, 2)
+    assert lo == pytest.approx(0.025 ** 0.5, abs=1e-9) and round(lo, 4) == 0.1581 and hi == 1
+    lo, hi = stats.clopper_pearson(1, 3)
+    assert (round(lo, 4), round(hi, 4)) == (0.0084, 0.9057)
+    lo, hi = stats.clopper_pearson(5000, 10_000)          # large n: log-space tail, no overflow
+    assert lo == pytest.approx(0.49015, abs=1e-5) and hi == pytest.approx(1 - lo, abs=1e-9)
+    with pytest.raises(ValueError, match="k=3, n=2"):
+        stats.clopper_pearson(3, 2)
+
+
+def test_interval_is_exact_bootstrap_or_none():
+    """0 of 20 is not [0, 0]; two right answers are not [1, 1]; below MIN_BOOT_TASKS tasks no
+    bootstrap interval is given; several seeds of a task make it a task bootstrap."""
+    e = stats.interval([0.0] * 20, [f"t{i}" for i in range(20)])
+    assert (e.value, e.lo, e.method, e.n, e.n_tasks) == (0.0, 0.0, stats.EXACT, 20, 20)
+    assert e.hi == pytest.approx(0.1684, abs=1e-4)
+    e = stats.interval([1.0, 1.0, float("nan")], ["a", "b", "c"])           # NaN: an absent value
+    assert (e.value, e.hi, e.n, e.method) == (1.0, 1.0, 2, stats.EXACT) and e.lo == pytest.approx(0.1581, abs=1e-4)
+    few = stats.interval([0.5, 0.7, 0.6], ["a", "b", "c"])                    # not 0/1, 3 tasks
+    assert few.method == stats.TOO_FEW and few.value == pytest.approx(0.6) and math.isnan(few.lo)
+    seeds = stats.interval([1.0, 0.0] * 3, ["a", "a", "b", "b", "c", "c"])    # 0/1 but 2 seeds a task
+    assert seeds.method == stats.TOO_FEW and seeds.n == 6 and seeds.n_tasks == 3
+    many = stats.interval([1.0, 0.0] * 12, [f"t{i // 2}" for i in range(24)], n_boot=300)
+    assert many.method == stats.BOOTSTRAP and many.n_tasks == 12 and many.lo <= 0.5 <= many.hi
+    assert stats.interval([], []).n == 0 and math.isnan(stats.interval([], []).value)
+
+
+def test_paired_test_gives_no_interval_below_min_boot_tasks():
+    """Two tasks both 1 apart: the difference is 1, p = 0.5 (2 of 4 sign patterns reach |2|), and
+    no interval, where the bootstrap said [1, 1]."""
+    t = stats.paired_test({"a": 1.0, "b": 1.0}, {"a": 0.0, "b": 0.0})
+    assert (t.mean_diff, t.p_value, t.n_tasks, t.method) == (1.0, 0.5, 2, stats.TOO_FEW)
+    assert math.isnan(t.lo) and math.isnan(t.hi)
+    ten = stats.paired_test({f"t{i}": 1.0 + 0.1 * i for i in range(10)}, {f"t{i}": 0.0 for i in range(10)})
+    assert ten.method == stats.BOOTSTRAP and ten.lo < ten.mean_diff < ten.hi

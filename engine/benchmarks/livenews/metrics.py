@@ -97,8 +97,10 @@ def _configs(metric_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         c = by.setdefault((r["model"], r["config_hash"]), {
             "model": r["model"], "config_hash": r["config_hash"], "agent": json.loads(r["agent"]),
-            "data": r["data"] or "", "m": {}, "n": n_cell(r)})
+            "data": r["data"] or "", "m": {}, "ci": {}, "n": n_cell(r)})
         c["m"][r["metric"]] = r["value"]
+        if r.get("lo") is not None and r.get("hi") is not None:     # the row's interval (stats.interval)
+            c["ci"][r["metric"]] = (r["lo"], r["hi"])
     return list(by.values())
 
 
@@ -115,6 +117,11 @@ def _probe(m: dict[str, float]) -> str:
 
 def _pct(x: float | None, missing: str = "-") -> str:
     return missing if x is None else f"{100 * x:.1f}"
+
+
+def _pct_ci(ci: tuple[float, float] | None) -> str:
+    """The 95% interval of a share after its percentage (`` [0.0, 26.5]``; "" where it has none)."""
+    return "" if ci is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
 
 
 def _avg_std(m: dict[str, float], what: str) -> str:
@@ -155,10 +162,12 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
                      f"{c['agent']['max_searches']}/{c['agent']['max_visits']}",
                      _avg_std(m, "searches"), _avg_std(m, "visits"),
-                     _pct(m.get("accuracy"), "ungraded"), _pct(m.get("answer_contains_gold")), _pct(m.get("failed")),
+                     _pct(m.get("accuracy"), "ungraded") + _pct_ci(c["ci"].get("accuracy")),
+                     _pct(m.get("answer_contains_gold")), _pct(m.get("failed")),
                      _probe(m), str(c["n"])])
     out["table1"] = _md(["Model", "Data", "Agent", "Budget (searches/visits)", "Searches (avg ± std)", "Visits (avg ± std)",
-                         "Accuracy (%)", "Contains gold (%)", "Failed (%)", "Judge probes ok (gold/decoy, %)", "n"], rows)
+                         "Accuracy (%, 95% interval)", "Contains gold (%)", "Failed (%)",
+                         "Judge probes ok (gold/decoy, %)", "n"], rows)
 
     # Table 3: accuracy by search budget, other settings equal (visits fixed, as in the paper).
     groups: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
