@@ -54,7 +54,8 @@ def test_a_judge_on_another_replica_of_the_model_under_test_is_self_judged(tmp_p
     assert "**SELF-JUDGED**" in s.tables
     assert "SELF-JUDGED" in s.report_md and "SELF-JUDGED" in s.report_html
     (rec,) = s.mlflow
-    assert rec["params"]["self_judged"] == "true" and rec["metrics"]["accuracy"] == 1.0
+    assert rec["tags"]["dateline.self_judged"] == "true" and rec["metrics"]["accuracy"] == 1.0
+    assert "SELF-JUDGED" in rec["name"] and "SELF-JUDGED" in rec["tags"]["dateline.marks"]
 
     fleet = seen(tmp_path / "fleet", "livenews", tmp_path / "out-fleet", export=False, show=False)
     assert all(r["self_judged"] for r in fleet.api if r["judge"]), fleet.api

@@ -79,8 +79,10 @@ def test_checklist_comparison_is_on_the_tasks_both_have_a_score_for(tmp_path):
     note = "checklist_pct: on the 1 task(s) every compared configuration has a value for (1 more dropped)"
     assert note in s.tables and note in s.report_md
     assert "checklist_pct: tie at 50" in s.report_md           # the summary: no winner on the shared tasks
-    (line,) = [ln for ln in s.report_md.splitlines() if ln.startswith("| checklist_pct |") and "(n=" in ln]
-    assert line == "| checklist_pct | 50 (n=1) | 50 (n=1) |", line
+    (line,) = [ln for ln in s.report_md.splitlines() if ln.startswith("| checklist_pct |") and "(n=1" in ln
+               and "| a |" not in ln]
+    assert line == ("| checklist_pct | 50 (n=1; too few tasks for an interval) | 50 (n=1; too few tasks for an "
+                    "interval) |"), line
     for r in s.mlflow:
         assert round(r["metrics"]["common.checklist_pct"], 1) == 50.0
     assert rows_with(s.metrics, "checklist_pct", "58.333", "2"), s.metrics

@@ -68,14 +68,15 @@ def test_a_smaller_rerun_says_what_its_plan_leaves_out(tmp_path, capsys):
     assert note in s.metrics
     assert "| 1/1 |" in s.tables and note in s.tables, s.tables
     assert note in s.report_md and note in "\n".join(cell_lines(s.report_html))
-    assert re.search(r"^\| accuracy \| 1 (\[[^]]*\] )?\(n=1\) \|$", s.report_md, re.M), s.report_md
+    assert re.search(r"^\| accuracy \| 1 (\[[^]]*\] )?\(n=1(, exact)?\) \|$", s.report_md, re.M), s.report_md
     (exp,) = s.mlflow
     assert exp["metrics"]["accuracy"] == 1.0 and exp["metrics"]["accuracy.n"] == 1
     assert exp["metrics"]["n_outside_plan"] == 3 and exp["tags"]["dateline.n_outside_plan"] == "3"
     # the leaderboard (a report of two run dirs: here the same one twice) carries it too
     build([run, run], tmp_path / "two", n_boot=50)
     board = (tmp_path / "two" / "leaderboard.md").read_text()
-    assert note in board and len(rows_with(board, "1/1")) == 2, board
+    accuracy = board.split("## Leaderboard by accuracy", 1)[1].split("\n## ", 1)[0]
+    assert note in board and len(rows_with(accuracy, "1/1")) == 2, board
 
 
 def test_a_judge_that_saw_part_of_the_plan_says_how_much(tmp_path, capsys):
@@ -112,11 +113,12 @@ def test_a_judge_that_saw_part_of_the_plan_says_how_much(tmp_path, capsys):
         assert line in text, name
         assert f"judge {j2} judged" not in text, name
     # Table 1 (tables and report): J1's accuracy 75.0 over its 4, its n cell marked
-    assert rows_with(s.tables, "75.0", "6/6 PARTIALLY JUDGED (4 judged)"), s.tables
-    assert rows_with(s.report_md, "75.0", "6/6 PARTIALLY JUDGED (4 judged)"), s.report_md
+    assert rows_with(s.tables, "75.0 [19.4, 99.4]", "6/6 PARTIALLY JUDGED (4 judged)"), s.tables
+    assert rows_with(s.report_md, "75.0 [19.4, 99.4]", "6/6 PARTIALLY JUDGED (4 judged)"), s.report_md
     # the report's blocks: J1 0.750 (n=4), J2 0.667 (n=6), whatever the interval
     for value, n in (("0.750", 4), ("0.667", 6)):
-        assert re.search(rf"^\| accuracy \| {value} (\[[^]]*\] )?\(n={n}\) \|$", s.report_md, re.M), s.report_md
+        assert re.search(rf"^\| accuracy \| {value} (\[[^]]*\] )?\(n={n}(, exact)?\) \|$", s.report_md, re.M), \
+            s.report_md
     exp = {r["params"]["judge"]: r for r in s.mlflow}
     assert exp[j1]["metrics"]["accuracy"] == 0.75 and exp[j1]["metrics"]["accuracy.n"] == 4
     assert exp[j1]["metrics"]["n_judged"] == 4 and exp[j1]["tags"]["dateline.partially_judged"] == "true"
