@@ -100,7 +100,7 @@ def _paired(b: JudgedBlock, metric: str, a: str, c: str) -> str:
             sign = 1 if r.a == a else -1
             diff = f"difference {num(sign * r.test.mean_diff)} over {r.test.n_tasks} shared task(s)"
             verdict = "the order is unlikely to be chance" if p < ALPHA else "not distinguishable from chance"
-            return f"{diff}, p (Holm) = {num(p)}: {verdict} at {ALPHA}"
+            return f"{diff}, p (Holm) = {p:.3g}: {verdict} at {ALPHA}"       # never printed as 0
     return "no paired test (no shared finished task)"
 
 
