@@ -180,7 +180,7 @@ def driver(fourth: Path, base_url: str, run_dir: Path, *extra: str, env: dict[st
 
 
 def metric(run_dir: Path, name: str) -> list[dict]:
-    return [r for r in pq.read_table(run_dir / "metrics").to_pylist() if r["metric"] == name]
+    return [r for r in pq.read_table(run_dir / "metrics" / "metrics.parquet").to_pylist() if r["metric"] == name]
 
 
 @pytest.mark.ray
