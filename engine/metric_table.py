@@ -42,13 +42,18 @@ def metric_key(store: Any, benchmarks: Sequence[str]) -> str:
     """What the default metrics of ``benchmarks`` in ``store`` are computed from: the store's
     shards, the computing code's source, and each benchmark's data files named in its stored
     configurations (``data_paths`` in the episodes' ``data`` and the plans' evaluation settings)."""
+    from engine import judges, stats
     from engine.benchmarks import get_benchmark
     from engine.config import stable_hash
 
-    parts = [store.listing_digest(_SOURCES)]
+    evaluations = [p.evaluation for p in store.plans().values() if p.evaluation]
+    # the shared code (outcomes, stats, judges: which judgement counts), then each benchmark's package
+    shared = _source_digest([Path(m.__file__ or "") for m in (outcomes, stats, judges)])
+    parts = [store.listing_digest(_SOURCES), shared]
     for name in sorted(benchmarks):
         bench = get_benchmark(name)
-        parts += [name, _code_version(bench), _data_version(store, bench)]
+        pkg = Path(sys.modules[type(bench).__module__].__file__ or "").parent
+        parts += [name, _source_digest(sorted(pkg.glob("*.py"))), _data_version(store, bench, evaluations)]
     return stable_hash(*parts, n=24)
 
 
@@ -84,22 +89,17 @@ def _compute(store: Any, names: Iterable[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _code_version(bench: Any) -> str:
-    """The source of the code a metric value depends on: outcomes, stats, judges (which judgement
-    counts), and every module of the benchmark's package."""
-    from engine import judges, stats
+def _source_digest(files: Sequence[Path]) -> str:
+    """A digest of the source files a metric value depends on."""
     from engine.config import stable_hash
 
-    files = [Path(m.__file__ or "") for m in (outcomes, stats, judges)]
-    pkg = sys.modules[type(bench).__module__]
-    root = Path(pkg.__file__ or "").parent
-    files += sorted(root.glob("*.py"))
     return stable_hash(*(f.read_bytes() for f in files if f.is_file()), n=16)
 
 
-def _data_version(store: Any, bench: Any) -> str:
+def _data_version(store: Any, bench: Any, evaluations: Sequence[str]) -> str:
     """Names, sizes and modification times of the files under every data path the stored
-    configurations of ``bench`` name (a path that is not a local file or folder: its text)."""
+    configurations of ``bench`` name in their ``data`` or in the plans' ``evaluations`` (a path
+    that is not a local file or folder: its text)."""
     import pyarrow.compute as pc
 
     from engine.config import stable_hash
@@ -110,7 +110,7 @@ def _data_version(store: Any, bench: Any) -> str:
         return ""
     t = store.episodes(["data"], benchmark=bench.name)
     blobs = [d for d in pc.unique(t["data"]).to_pylist() if d] if t.num_rows else []
-    blobs += [p.evaluation for p in store.plans().values() if p.evaluation]
+    blobs += evaluations
     paths: set[str] = set()
     for blob in blobs:
         try:

@@ -341,12 +341,6 @@ def finished_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> se
     return {t for t, v in ok.items() if v}
 
 
-def common_tasks(configs: Sequence[tuple[Sequence[Row], Sequence[Planned] | None]]) -> set[str]:
-    """The tasks every configuration finished."""
-    sets = [finished_tasks(rows, planned) for rows, planned in configs]
-    return set.intersection(*sets) if sets else set()
-
-
 def restrict(rows: Sequence[Row], planned: Sequence[Planned] | None, tasks: set[str]) -> list[Planned]:
     """The plan cut to ``tasks``."""
     return [p for p in plan_of(rows, planned) if p.task_id in tasks]
@@ -636,7 +630,8 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
             fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
                                   rows))
             who[v.family].append(v.who())
-            lacks[v.family].append(lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)))
+            if len(hashes) > 1:     # only a family of two or more compares per metric
+                lacks[v.family].append(lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)))
     marked = {f for f, members in who.items() if judges_a_member(members)}
     for f in marked:            # the judge is one of the family's models: every row of it says so
         for *_, rows in fam[f]:
@@ -700,13 +695,13 @@ def table_rows(rows: Sequence[Mapping[str, Any]], all_tasks: bool = False) -> tu
             policy = r.get("score_failures") or "as_wrong"
             notes.append(f"INCOMPLETE: {r['model']} [{r['config_hash'][:8]}]: {c.describe()}; failures "
                          f"{'count as wrong' if policy == 'as_wrong' else 'are excluded'} (run.score_failures={policy}).")
-    notes += [f"{r['model']} [{r['config_hash'][:8]}]: {n}" for r in _first_per_config(keep) for n in count_notes(r)]
+    notes += [f"{r['model']} [{r['config_hash'][:8]}]: {n}" for r in first_per_config(keep) for n in count_notes(r)]
     if any(not r.get("judge") and UNGRADED in str(r.get("note") or "") for r in keep):
         notes.append(UNGRADED[0].upper() + UNGRADED[1:] + ".")
     return keep, notes
 
 
-def _first_per_config(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def first_per_config(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """One row per (configuration, judge), in order: the counts are the same on all of its rows."""
     firsts: dict[tuple[str, str], Mapping[str, Any]] = {}
     for r in rows:

@@ -1024,7 +1024,7 @@ class EpisodeStore(_ShardedDir):
 
     def write_metrics(self, rows: list[dict[str, Any]], key: str) -> Path | str:
         """Store the metrics table as a cache of the rows computed under ``key`` (what they were
-        computed from: engine/outcomes.py ``metric_key``); only ``dateline run`` writes it, and a
+        computed from: engine/metric_table.py ``metric_key``); only ``dateline run`` writes it, and a
         reader uses it only while its key still matches (:meth:`cached_metrics`)."""
         schema = METRIC_SCHEMA.with_metadata({METRIC_KEY: key})
         return self._write(pa.Table.from_pylist(rows, schema=schema), "metrics", "metrics.parquet")
@@ -1135,7 +1135,12 @@ class EpisodeStore(_ShardedDir):
         """Rewrite each table as one shard of the rows readers can see (steps, then episodes,
         then judgements; atomic per table: the new shard is in place before the old ones go)."""
         self._compact("steps", STEP_SCHEMA, self._steps_keep)
-        self._compact("episodes", self.schema, self._episodes_keep)
+        # every column any episode shard has: a run dir holds several benchmarks' episodes, each
+        # with its own columns, and this store object knows one benchmark's (compacting through
+        # its schema alone would drop the others')
+        stored = self._map(lambda f: pq.read_schema(f, filesystem=self.fs), self._files("episodes"))
+        self._compact("episodes", pa.unify_schemas([self.schema, *(x.remove_metadata() for x in stored)]),
+                      self._episodes_keep)
         self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
         self._compact("plans", PLAN_SCHEMA, self._plans_keep)
         self._compact("messages", MESSAGE_SCHEMA, self._messages_keep)
@@ -1183,11 +1188,6 @@ class EpisodeStore(_ShardedDir):
         files = self._files(sub)
         if len(files) <= 1:
             return
-        # every column any shard has: a run dir holds several benchmarks' episodes, each with its
-        # own columns, and this store object knows one benchmark's (compacting through its schema
-        # alone would drop the others')
-        shard_schemas = self._map(lambda f: pq.read_schema(f, filesystem=self.fs), files)
-        schema = pa.unify_schemas([schema, *(x.remove_metadata() for x in shard_schemas)])
         idx = np.asarray(keep(files), dtype=np.int64)
         frags = list(self._dataset(sub, schema, files).get_fragments())
         offsets = np.cumsum([0] + self._map(lambda f: f.count_rows(), frags))

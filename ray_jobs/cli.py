@@ -282,7 +282,7 @@ def metrics(a: argparse.Namespace) -> int:
     a run's metrics table under these flags (nothing is written)."""
     from engine.benchmarks import get_benchmark
     from engine.judges import SELF_JUDGED
-    from engine.outcomes import count_notes, interval_cell, n_cell
+    from engine.outcomes import count_notes, first_per_config, interval_cell, n_cell
     from engine.progress import table
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
@@ -308,7 +308,7 @@ def metrics(a: argparse.Namespace) -> int:
                              r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
     for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
         sys.stdout.write(note + "\n")
-    for r in {(r["config_hash"], r["judge"]): r for r in mine}.values():    # its judge's coverage, its plan
+    for r in first_per_config(mine):                # its judge's coverage, its plan
         for note in count_notes(r):
             sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")
     if any(r["self_judged"] for r in rows):

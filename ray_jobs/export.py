@@ -63,7 +63,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         names = config_labels([(r["model"], json.loads(r["agent"] or "{}") | {
             k: v for k, v in json.loads(r["data"] or "{}").items() if k != "limit"}, h) for h, r in items.items()])
         labels |= {(bench, h): n for h, n in zip(items, names)}
-    episodes = store.episodes(["episode_id", "config_hash", "benchmark"]).to_pylist()
+    episodes: dict[tuple[str, str], list[str]] = defaultdict(list)      # (benchmark, config) -> its episode ids
+    for e in store.episodes(["episode_id", "config_hash", "benchmark"]).to_pylist():
+        episodes[(e["benchmark"], e["config_hash"])].append(e["episode_id"])
     for (bench, h, judge), rs in sorted(groups.items()):
         first = firsts[(bench, h, judge)]
         c = outcomes.Counts.of_row(first)
@@ -106,7 +108,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         name = (f"{bench} {labels[(bench, h)]}" + (f" [judge {judge}]" if judge else "")
                 + "".join(f" [{m}]" for m in marks))
         yield {"name": name, "params": params, "metrics": metrics, "tags": tags,
-               "episodes": [e["episode_id"] for e in episodes if e["config_hash"] == h and e["benchmark"] == bench],
+               "episodes": episodes[(bench, h)],
                "config_hash": h, "benchmark": bench}
 
 

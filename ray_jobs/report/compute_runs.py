@@ -50,6 +50,16 @@ class ConfigGroup:
     def ok(self) -> list[Row]:
         return [r for r in self.rows if r["status"] == "ok"]
 
+    def failures(self) -> dict[str, list[Row]]:
+        """Its planned episodes without a scored result, by kind (``outcomes.error_kind``), the
+        most frequent kind first."""
+        planned = {p.episode_id for p in outcomes.plan_of(self.rows, self.planned)}
+        kinds: dict[str, list[Row]] = {}
+        for r in self.rows:
+            if r["status"] != "ok" and r["episode_id"] in planned:
+                kinds.setdefault(outcomes.error_kind(r), []).append(r)
+        return dict(sorted(kinds.items(), key=lambda kv: -len(kv[1])))
+
 
 def label_groups(groups: list[ConfigGroup]) -> None:
     """Label each configuration by its model and the agent/benchmark settings that differ."""

@@ -6,7 +6,6 @@ render (``compute_runs``), so the headline never says a number the page does not
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,7 +13,7 @@ from typing import Any, Sequence
 from engine import outcomes
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED
-from ray_jobs.report.compute_runs import BenchmarkSection, ConfigGroup, JudgedBlock
+from ray_jobs.report.compute_runs import BenchmarkSection, JudgedBlock
 from ray_jobs.report.page import Page, est, num
 
 ALPHA = 0.05
@@ -38,12 +37,6 @@ class Headline:
     failures: list[str] = field(default_factory=list)
 
 
-def failure_kinds(g: ConfigGroup) -> Counter[str]:
-    """Planned episodes of ``g`` without a scored result, by kind (``outcomes.error_kind``)."""
-    planned = {p.episode_id for p in outcomes.plan_of(g.rows, g.planned)}
-    return Counter(outcomes.error_kind(r) for r in g.rows if r["status"] != "ok" and r["episode_id"] in planned)
-
-
 def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
     out = []
     for s in sections:
@@ -52,8 +45,7 @@ def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
         for g in s.groups:
             c = g.counts or outcomes.count(g.rows, g.planned)
             if c.incomplete:
-                kinds = failure_kinds(g)
-                why = ", ".join(f"{n} x {k}" for k, n in kinds.most_common(3))
+                why = ", ".join(f"{len(rs)} x {k}" for k, rs in list(g.failures().items())[:3])
                 failures.append(f"{g.label}: {c.describe()}" + (f": {why}" if why else ""))
         for b in s.blocks:
             marks = [SELF_JUDGED.upper()] if any(g.self_judged for g in b.groups) else []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
@@ -81,13 +80,8 @@ def render_failures(page: Page, s: BenchmarkSection, links: dict[str, Cell]) -> 
     count and one example, linked to that episode's page when the report has one."""
     rows: list[list[Cell]] = []
     for g in s.groups:
-        planned = {p.episode_id for p in outcomes.plan_of(g.rows, g.planned)}
-        kinds: dict[str, list[dict[str, Any]]] = {}
-        for r in g.rows:
-            if r["status"] != "ok" and r["episode_id"] in planned:
-                kinds.setdefault(outcomes.error_kind(r), []).append(r)
         index = links.get(g.config_hash)
-        for kind, rs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        for kind, rs in g.failures().items():
             ex = min(rs, key=lambda r: str(r["episode_id"]))
             page_of = (Link(ex["episode_id"][:16], index.href.rsplit("/", 1)[0] + f"/{ex['episode_id']}.html")
                        if isinstance(index, Link) else ex["episode_id"][:16])
