@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_what_a_number_means import FINISH, grader, judged, live_cfg, questions, sweep, which
+from tests.e2e.test_what_a_number_means import grader, judged, live_cfg, q2_fails_at_3_searches, questions, sweep
 from tests.everywhere import cli, mlflow_runs, seen
 from tests.fake_openai import FakeOpenAI
 
@@ -23,15 +23,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 
 def test_export_logs_the_plans_value_under_plain_names_and_updates_on_reexport(tmp_path):
-    qs = questions(6)
-
-    def model(messages, req):
-        i = which(messages, qs)
-        if i == 2 and "up to 3 searches" in messages[0]["content"]:
-            return 500, "engine failed"
-        return FINISH.format("RIGHT" if i % 2 == 0 else "WRONG")
-
-    with FakeOpenAI(model) as m, FakeOpenAI(grader) as j:
+    with FakeOpenAI(q2_fails_at_3_searches(questions(6))) as m, FakeOpenAI(grader) as j:
         cfgs = [live_cfg(m.base_url, tmp_path, f"agent.max_searches={b}", f"benchmark.limit={n}", *judged(j.base_url))
                 for b, n in ((1, 6), (3, 6), (5, 4))]
         h1, h3, h5 = (i["config_hash"] for i in sweep(cfgs))

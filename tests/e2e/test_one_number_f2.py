@@ -63,7 +63,8 @@ def test_reading_never_writes_and_flags_change_only_their_command(tmp_path):
         (acc,) = [r for r in s.api if r["judge"] == j and r["metric"] == "accuracy" and r["scope"] == "all"]
         assert (round(acc["value"], 3), acc["n"], acc["score_failures"]) == (0.333, 6, "as_wrong")
         assert f"(judge {j})" in s.tables
-    assert s.tables.count("| 33.3 | 0.0 | 33.3 |") == 2 and "| 50.0 |" not in s.tables   # accuracy, gold, failed
+    # accuracy 2/6 with its exact interval, contains gold, failed; never the exclude view's 2/4
+    assert s.tables.count("| 33.3 [4.3, 77.7] | 0.0 | 33.3 |") == 2 and "| 50.0" not in s.tables
     assert {r["benchmark"] for r in s.api} == {"livenews", "newsagent"}        # both benchmarks of the run dir
     for md in (s.report_md,):
         assert rows_with(md, "accuracy", "0.333") or "accuracy | 0.333" in md, md[:4000]

@@ -33,6 +33,18 @@ def _accuracy(api_rows: list[dict], scope: str = "all") -> dict:
     return r
 
 
+def _stored_exactly(s, value: float, n: int, lo, hi) -> None:
+    """The API's accuracy row and the export read back carry the value, its n and its exact
+    interval (``lo`` / ``hi``: a number, or a ``pytest.approx`` for an irrational bound)."""
+    acc = _accuracy(s.api)
+    assert (acc["value"], acc["n"], acc["interval"]) == (value, n, "exact")
+    assert acc["lo"] == lo and acc["hi"] == hi
+    (run,) = s.mlflow
+    m = run["metrics"]
+    assert m["accuracy"] == value and m["accuracy.lo"] == lo and m["accuracy.hi"] == hi
+    assert run["tags"]["accuracy.interval"] == "exact"
+
+
 def test_small_samples_get_exact_intervals_everywhere(tmp_path):
     def model(messages, req):
         # the 2-question run is told "up to 3 searches" (agent.max_searches=3): it answers right
@@ -52,13 +64,7 @@ def test_small_samples_get_exact_intervals_everywhere(tmp_path):
     assert "accuracy | 0.000 [0.000, 0.265] (n=12, exact)" in cell_lines(w.report_html)
     assert rows_with(w.metrics, "accuracy", "[0.000, 0.265] exact", "12"), w.metrics
     assert "| 0.0 [0.0, 26.5] |" in w.tables, w.tables
-    acc = _accuracy(w.api)
-    assert (acc["value"], acc["n"], acc["lo"], acc["interval"]) == (0.0, 12, 0.0, "exact")
-    assert acc["hi"] == pytest.approx(WRONG_HI, abs=1e-9)
-    (run,) = w.mlflow
-    assert run["metrics"]["accuracy"] == 0.0 and run["metrics"]["accuracy.lo"] == 0.0
-    assert run["metrics"]["accuracy.hi"] == pytest.approx(WRONG_HI, abs=1e-9)
-    assert run["tags"]["accuracy.interval"] == "exact"
+    _stored_exactly(w, 0.0, 12, 0.0, pytest.approx(WRONG_HI, abs=1e-9))
     for text in w.texts().values():
         assert "[0.000, 0.000]" not in text
 
@@ -68,12 +74,7 @@ def test_small_samples_get_exact_intervals_everywhere(tmp_path):
     right_cell = "1 [0.158, 1] (n=2, exact)"
     assert rows_with(r.metrics, "accuracy", "[0.158, 1.000] exact", "2"), r.metrics
     assert "| 100.0 [15.8, 100.0] |" in r.tables, r.tables
-    acc = _accuracy(r.api)
-    assert (acc["value"], acc["n"], acc["hi"], acc["interval"]) == (1.0, 2, 1.0, "exact")
-    assert acc["lo"] == pytest.approx(RIGHT_LO, abs=1e-9)
-    (run,) = r.mlflow
-    assert run["metrics"]["accuracy.lo"] == pytest.approx(RIGHT_LO, abs=1e-9) and run["metrics"]["accuracy.hi"] == 1
-    assert run["tags"]["accuracy.interval"] == "exact"
+    _stored_exactly(r, 1.0, 2, pytest.approx(RIGHT_LO, abs=1e-9), 1.0)
     # the report: each dir's own block, the cross-dir block and its leaderboard
     assert rows_with(r.report_md, "accuracy", right_cell), r.report_md
     assert rows_with(r.report_md, "accuracy", "0.000 [0.000, 0.265] (n=12, exact)")

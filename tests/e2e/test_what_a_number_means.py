@@ -85,6 +85,18 @@ def sweep(cfgs: list) -> list[dict]:
         session.close()
 
 
+def q2_fails_at_3_searches(qs: list[str]):
+    """The scripted model of the common-task sweeps: RIGHT on even questions, WRONG on odd ones,
+    and the 3-search point's call for q2 fails (500) until retries run out."""
+    def model(messages, req):
+        i = which(messages, qs)
+        if i == 2 and "up to 3 searches" in messages[0]["content"]:
+            return 500, "engine failed"
+        return FINISH.format("RIGHT" if i % 2 == 0 else "WRONG")
+
+    return model
+
+
 def metric(rows: list[dict], name: str, scope: str = "all", **where: str) -> dict:
     (r,) = [r for r in rows if r["metric"] == name and r["scope"] == scope
             and all(r[k] == v for k, v in where.items())]
@@ -161,15 +173,7 @@ def test_compared_configurations_cover_the_same_tasks(tmp_path):
     """A sweep whose points finish different tasks (an error in one point only), and a point
     planned with another benchmark.limit: the comparison is on the tasks every configuration
     finished, and says how many were dropped."""
-    qs = questions(6)
-
-    def model(messages, req):
-        i = which(messages, qs)
-        if i == 2 and "up to 3 searches" in messages[0]["content"]:
-            return 500, "engine failed"
-        return FINISH.format("RIGHT" if i % 2 == 0 else "WRONG")
-
-    with FakeOpenAI(model) as m, FakeOpenAI(grader) as j:
+    with FakeOpenAI(q2_fails_at_3_searches(questions(6))) as m, FakeOpenAI(grader) as j:
         cfgs = [live_cfg(m.base_url, tmp_path, f"agent.max_searches={b}", "benchmark.limit=6", *judged(j.base_url))
                 for b in (1, 3)]
         cfgs.append(live_cfg(m.base_url, tmp_path, "agent.max_searches=5", "benchmark.limit=4", *judged(j.base_url)))

@@ -47,9 +47,11 @@ def _dirfd(p: Path) -> int:
     return os.open(p, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def test_upload_reads_what_it_listed_not_a_link_swapped_in(tmp_path):
-    """Every file but the first is swapped for a link to a host file when the upload opens the
-    first one: none of the links is read, the first file goes up, nothing leaks."""
+def test_upload_reads_what_it_listed_not_a_link_swapped_in(tmp_path, monkeypatch):
+    """Every file but the first is swapped for a link to a host file when the upload has opened
+    the first one: none of the links is read, the first file goes up, nothing leaks. (The swap
+    runs inside that open, not on an inotify thread: on a loaded machine the thread could wake
+    after all 40 files had gone up, and the test would fail with no swap at all.)"""
     host = tmp_path / "host.txt"
     host.write_bytes(SECRET)
     work = tmp_path / "work"
@@ -65,10 +67,19 @@ def test_upload_reads_what_it_listed_not_a_link_swapped_in(tmp_path):
                 f.symlink_to(host)
             except OSError:
                 pass
-    watch = OnOpen(files, swap)
+    real, fired = fdtree.open_file, threading.Event()
+
+    def open_then_swap(e: fdtree.Entry) -> int | None:
+        fd = real(e)
+        if not fired.is_set():
+            swap()
+            fired.set()
+        return fd
+
+    monkeypatch.setattr(fdtree, "open_file", open_then_swap)
     dest = tmp_path / "dest"
     n = upload_tree(work, str(dest))
-    assert watch.fired.wait(5)
+    assert fired.wait(5)
     up = [p for p in dest.rglob("*") if p.is_file()]
     assert 1 <= n == len(up) < 40
     assert all(p.read_bytes() == b"PNG clean" for p in up)
