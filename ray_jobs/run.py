@@ -553,7 +553,11 @@ def _run_waves(work: list[Point], models: dict[str, ModelConfig], session: Sessi
             if key not in seen:
                 seen.add(key)
                 fixed["CPU"] += cpus
-    needs_ray = any(p.generate for p in work) or any(pool_demand(models[k]) for p in work for k in p.pools)
+    # Ray runs the episodes, the hosted pools and the judge actors: a point that only judges, with
+    # judge.actors > 0, needs it too (else the first judge actor started Ray by itself, unsized, without
+    # this run's runtime env, and no session stopped it)
+    needs_ray = (any(p.generate for p in work) or any(pool_demand(models[k]) for p in work for k in p.pools)
+                 or any(p.judge and p.cfg.judge.actors > 0 for p in work))
     capacity: dict[str, float] = {}
     if needs_ray:
         # a local cluster fits every point alone (models beyond that are hosted in waves)

@@ -39,6 +39,9 @@ def test_reading_never_writes_and_flags_change_only_their_command(tmp_path):
         (second,) = sweep([live_cfg(m.base_url, run, "benchmark.limit=6", "benchmark.judge_probes=true",
                                     *judged(j.base_url))])
     assert first["config_hash"] == second["config_hash"]
+    import ray
+
+    assert not ray.is_initialized()          # the judge-only run started Ray through its session, which stopped it
     from ray_jobs.run import run_sweep
     from ray_jobs.configs import compose
 
