@@ -27,6 +27,7 @@ class FakeOpenAI:
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str] = []          # each request's Authorization header
+        self.gets: list[str] = []          # each GET's path, with its query
         self.inflight = 0
         self.max_inflight = 0
         self._lock = threading.Lock()
@@ -38,7 +39,8 @@ class FakeOpenAI:
 
             def do_GET(self) -> None:
                 body = b'{"status": "ok"}'
-                if outer.models is not None and self.path.rstrip("/").endswith("/models"):
+                outer.gets.append(self.path)
+                if outer.models is not None and self.path.split("?")[0].rstrip("/").endswith("/models"):
                     body = json.dumps({"object": "list", "data": [{"object": "model", "owned_by": "vllm", **m}
                                                                    for m in outer.models]}).encode()
                 self.send_response(200)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.config import redact_url
+
 if TYPE_CHECKING:
     from engine.config import ModelConfig
 
@@ -95,8 +97,11 @@ def _probe(url: str, served: str, api_key_env: str, timeout: float) -> Served | 
     (unreachable, no model list, the name absent)."""
     import json
     import urllib.request
+    from urllib.parse import urlsplit, urlunsplit
 
-    req = urllib.request.Request(url.rstrip("/") + "/models")
+    u = urlsplit(url)       # the path gets /models; a query (a token, say) stays the query
+    req = urllib.request.Request(urlunsplit(u._replace(path=u.path.rstrip("/") + "/models")))
+    where = redact_url(url.rstrip("/"))     # logs keep no token
     key = os.environ.get(api_key_env, "") if api_key_env else ""
     if key:
         req.add_header("Authorization", f"Bearer {key}")
@@ -104,14 +109,14 @@ def _probe(url: str, served: str, api_key_env: str, timeout: float) -> Served | 
         with urllib.request.urlopen(req, timeout=timeout) as r:      # noqa: S310 (a configured endpoint)
             body = json.loads(r.read(1 << 20))
     except (OSError, ValueError) as e:
-        log.warning("cannot ask %s what it serves (%s): identity of %r by its name only", url, e, served)
+        log.warning("cannot ask %s what it serves (%s): identity of %r by its name only", where, e, served)
         return None
     entries = body.get("data") if isinstance(body, dict) else None
     for d in entries if isinstance(entries, list) else []:
         if isinstance(d, dict) and d.get("id") == served:
             mml = d.get("max_model_len")
             return Served(served, str(d.get("root") or ""), mml if isinstance(mml, int) else None)
-    log.warning("%s/models does not list %r: identity of that model by its name only", url.rstrip("/"), served)
+    log.warning("%s/models does not list %r: identity of that model by its name only", where, served)
     return None
 
 
@@ -126,7 +131,7 @@ def served_model(urls: tuple[str, ...], served: str, api_key_env: str = "", time
     known = {u: a for u, a in answers.items() if a is not None}
     if len({(a.root, a.max_model_len) for a in known.values()}) > 1:
         raise ConfigError("model.base_urls: the endpoints serve different models under "
-                          f"{served!r}: " + "; ".join(f"{u} serves {a.root or a.id!r} (max_model_len "
+                          f"{served!r}: " + "; ".join(f"{redact_url(u)} serves {a.root or a.id!r} (max_model_len "
                                                        f"{a.max_model_len})" for u, a in known.items()))
     return next(iter(known.values()), None)
 

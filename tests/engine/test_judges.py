@@ -264,3 +264,22 @@ def test_served_model_asks_every_endpoint_and_refuses_a_mixed_fleet():
         with pytest.raises(ConfigError, match="serve different models"):
             served_model((a.base_url, c.base_url), "m")
     assert served_model(("http://127.0.0.1:9/v1",), "m") is None        # unreachable
+
+
+def test_served_model_keeps_a_url_token_in_the_query_and_out_of_logs(caplog):
+    """A base URL that carries its token in the query is asked ``/v1/models?token=...``, and what
+    is logged about it (the name not listed, the fleet refused) names the endpoint without it."""
+    from engine.errors import ConfigError
+    from engine.hosting.weights import served_model
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(lambda m, r: "", models=[{"id": "m", "root": "/a"}]) as a, \
+            FakeOpenAI(lambda m, r: "", models=[{"id": "m", "root": "/b"}]) as b:
+        ua, ub = a.base_url + "?token=TOK-1", b.base_url + "?token=TOK-2"
+        assert served_model((ua,), "m").root == "/a"
+        assert a.gets == ["/v1/models?token=TOK-1"]
+        with caplog.at_level("WARNING", logger="engine.hosting.weights"):
+            assert served_model((ua,), "absent") is None
+            with pytest.raises(ConfigError) as e:
+                served_model((ua, ub), "m")
+    assert "does not list 'absent'" in caplog.text and "TOK-" not in caplog.text + str(e.value)
