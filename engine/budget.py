@@ -39,8 +39,9 @@ import contextvars
 import math
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Optional, Sequence
+from typing import Any
 
 from engine.cost import Prices, token_cost, unit_hours, uptime_cost
 
@@ -71,11 +72,11 @@ class Spend:
     usd: float = 0.0
     gpu_hours: float = 0.0
 
-    def __add__(self, o: "Spend") -> "Spend":
+    def __add__(self, o: Spend) -> Spend:
         return Spend(self.tokens_in + o.tokens_in, self.tokens_out + o.tokens_out, self.usd + o.usd,
                      self.gpu_hours + o.gpu_hours)
 
-    def __sub__(self, o: "Spend") -> "Spend":
+    def __sub__(self, o: Spend) -> Spend:
         return Spend(self.tokens_in - o.tokens_in, self.tokens_out - o.tokens_out, self.usd - o.usd,
                      self.gpu_hours - o.gpu_hours)
 
@@ -83,7 +84,7 @@ class Spend:
         return asdict(self)
 
     @classmethod
-    def of(cls, d: dict[str, Any] | None) -> "Spend":
+    def of(cls, d: dict[str, Any] | None) -> Spend:
         d = d or {}
         return cls(int(d.get("tokens_in") or 0), int(d.get("tokens_out") or 0), float(d.get("usd") or 0.0),
                    float(d.get("gpu_hours") or 0.0))
@@ -107,13 +108,13 @@ class Reservation:
 @dataclass(frozen=True)
 class Caps:
     """The caps of ``run.budget`` (None: no cap)."""
-    max_usd: Optional[float] = None
-    max_input_tokens: Optional[int] = None
-    max_output_tokens: Optional[int] = None
-    max_gpu_hours: Optional[float] = None
+    max_usd: float | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_gpu_hours: float | None = None
 
     @classmethod
-    def of(cls, cfg: Any) -> "Caps":
+    def of(cls, cfg: Any) -> Caps:
         """From a ``BudgetConfig`` (or anything with the same attributes)."""
         return cls(*(getattr(cfg, f, None) for f in ("max_usd", "max_input_tokens", "max_output_tokens",
                                                       "max_gpu_hours")))
@@ -380,7 +381,7 @@ class BudgetGate:
         self.shared = shared
 
     @classmethod
-    def local(cls, budget: Budget, point: str = "") -> "BudgetGate":
+    def local(cls, budget: Budget, point: str = "") -> BudgetGate:
         async def acquire(a: int, b: int) -> tuple[Reservation | None, str]:
             r = await budget.acquire(a, b, point=point)
             return r, budget.reason

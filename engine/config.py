@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import Any, Optional
+from typing import Any
 
 from engine.errors import ConfigError
 
@@ -131,7 +131,7 @@ class IndexConfig:
 @dataclass
 class ClusterConfig:
     # Ray address: null starts a local cluster; "auto" or ray://host:port joins one.
-    address: Optional[str] = None
+    address: str | None = None
     # Episode worker actors and episodes each one runs concurrently (asyncio). A worker that dies
     # is restarted by Ray and its in-flight episodes are requeued, each at most
     # max_episode_attempts times in all (then stored as an error).
@@ -147,7 +147,7 @@ class ClusterConfig:
     model_time_share: float = 0.7
     max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
-    num_cpus: Optional[int] = None
+    num_cpus: int | None = None
     # RAY_AUTH_MODE, exported before ray.init (Ray 2.60 wants it explicit). "auto": "disabled" for
     # the local cluster the driver starts (its ports are on this machine); for an existing
     # cluster, the environment's RAY_AUTH_MODE, else "token". "disabled" with an address is
@@ -170,13 +170,13 @@ class BudgetConfig:
     finish, unfinished episodes are stored as ``budget_exhausted``; the same command with a larger
     budget resumes them."""
     # US dollars: tokens at model.price_*_per_mtok plus replica uptime at model.price_gpu_hour.
-    max_usd: Optional[float] = None
+    max_usd: float | None = None
     # Prompt tokens, as the server reports them (a call reserves its estimate until it settles).
-    max_input_tokens: Optional[int] = None
+    max_input_tokens: int | None = None
     # Completion tokens (a call reserves its max_tokens until it settles).
-    max_output_tokens: Optional[int] = None
+    max_output_tokens: int | None = None
     # Replica uptime in GPU hours (GPUs per replica; a CPU-only replica counts one per hour).
-    max_gpu_hours: Optional[float] = None
+    max_gpu_hours: float | None = None
     # What the caps cover when several configurations run as one sweep (dateline run -m ...):
     # "sweep", one ledger and one cap for all its points (at the cap every point stops; all points
     # must set the same caps); "point", a ledger per configuration. A single configuration is its
@@ -239,7 +239,7 @@ class JudgeConfig:
     kind: str = "none"
     name: str = ""                 # defaults to the judging model's name
     # hosted: the judging model, when it is not the model under test (its own replicas and prices).
-    hosted_model: Optional[ModelConfig] = None
+    hosted_model: ModelConfig | None = None
     base_url: str = ""
     model: str = ""
     api_key_env: str = ""
@@ -296,7 +296,7 @@ class PairwiseConfig:
     # Seed of the candidate order; recorded with every comparison.
     seed: int = 0
     # Only the first N tasks by id (null: all).
-    limit: Optional[int] = None
+    limit: int | None = None
     # Output folder: comparisons and judgements as Parquet, systems.json, a summary.
     out: str = "runs/pairwise"
     # Generation budget of one verdict.

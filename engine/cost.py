@@ -21,8 +21,9 @@ episodes generated under the same configuration: on a busy replica, cost follows
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 API = "openai_compatible"       # the endpoint kind billed per token by someone else
 
@@ -39,18 +40,18 @@ class Prices:
         return bool(self.input_per_mtok or self.output_per_mtok or self.gpu_hour)
 
     @property
-    def tokens_only(self) -> "Prices":
+    def tokens_only(self) -> Prices:
         """The token prices alone (no uptime)."""
         return Prices(self.input_per_mtok, self.output_per_mtok)
 
     @classmethod
-    def of_model(cls, model: Mapping[str, Any]) -> "Prices":
+    def of_model(cls, model: Mapping[str, Any]) -> Prices:
         gpus = float(model.get("num_gpus") or 0.0)
         return cls(float(model.get("price_input_per_mtok") or 0.0), float(model.get("price_output_per_mtok") or 0.0),
                    float(model.get("price_gpu_hour") or 0.0), gpus if gpus > 0 else 1.0)
 
     @classmethod
-    def of_judge(cls, judge: Mapping[str, Any], model: Mapping[str, Any]) -> "Prices":
+    def of_judge(cls, judge: Mapping[str, Any], model: Mapping[str, Any]) -> Prices:
         """Token prices of a judge: its own for an external judge, else ``model``'s (the model
         that hosts it, whose uptime is already charged to the run)."""
         if judge.get("kind") == API:
@@ -58,7 +59,7 @@ class Prices:
         return cls.of_model(model).tokens_only
 
     @classmethod
-    def parse(cls, spec: str) -> "Prices":
+    def parse(cls, spec: str) -> Prices:
         """``IN,OUT[,HOUR[,UNITS]]`` (per million input/output tokens, per unit-hour, units per replica)."""
         parts = [float(x) for x in spec.split(",")]
         if not 2 <= len(parts) <= 4 or any(p < 0 for p in parts):

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine import transcripts
 from engine.benchmarks import get_benchmark
 from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, LedgerLost, Reservation, Spend, current_gate
 from engine.cost import Prices
 from engine.llm import Endpoint, Router, SamplingParams
 from engine.protocol import EpisodeContext, IndexClient, dumps
-from engine import transcripts
 from engine.storage import step_rows, sub_uri, upload_tree
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 def _utc(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
 
 
 class EpisodeRunner:

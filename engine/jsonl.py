@@ -14,8 +14,9 @@ import gzip
 import json
 import re
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from engine.errors import BadDataError, DataError
 from engine.fdtree import has_surrogate

@@ -23,10 +23,11 @@ metrics of a judged view are computed under that view's own settings (``row["eva
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from engine.config import stable_hash
 

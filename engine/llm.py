@@ -16,8 +16,9 @@ import os
 import random
 import time
 import zlib
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from engine.budget import BudgetGate, current_gate
 from engine.transcripts import CallRecord
@@ -237,7 +238,7 @@ class ChatClient:
 
     def __init__(self, endpoint: Endpoint, sampling: SamplingParams, max_inflight: int = 8,
                  gate: BudgetGate | None = None,
-                 on_call: Callable[[dict[str, Any], "Completion", float, float], None] | None = None) -> None:
+                 on_call: Callable[[dict[str, Any], Completion, float, float], None] | None = None) -> None:
         from openai import AsyncOpenAI
 
         key = endpoint.api_key or (os.environ.get(endpoint.api_key_env, "") if endpoint.api_key_env else "")
@@ -477,7 +478,7 @@ class Router:
                                                     on_call=self.on_call)
         return self._clients[ep.base_url]
 
-    def client_for(self, episode_id: str, seed: int | None = None) -> "EpisodeClient":
+    def client_for(self, episode_id: str, seed: int | None = None) -> EpisodeClient:
         """The client of one episode; ``seed`` (the episode's) is sent with every call that sets none."""
         return EpisodeClient(self, episode_id, seed)
 
@@ -579,10 +580,10 @@ class EpisodeClient:
                     deadline = now + r.reroute_wait_s
                 if not any(r.healthy(j) for j in range(len(r.endpoints))):
                     if now >= deadline:
-                        raise self._unavailable(e) if waits else e
+                        raise self._unavailable(e) if waits else e    # noqa: B904 (e, or an error naming it)
                     await r.wait_for_health(deadline)        # a restarted server, or the deadline
                     if not any(r.healthy(j) for j in range(len(r.endpoints))):
-                        raise self._unavailable(e) if waits else e
+                        raise self._unavailable(e) if waits else e    # noqa: B904 (e, or an error naming it)
                 r.reroutes += 1
                 log.warning("replica %d (%s) %s (%s); %s episode %s", i, _where(r.endpoints[i].base_url),
                             "restarted by its pool" if pool_restart else "unreachable", e,

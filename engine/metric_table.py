@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from engine import outcomes
 

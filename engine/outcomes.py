@@ -46,9 +46,10 @@ import functools
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.protocol import MetricRow, Row
 
@@ -120,7 +121,7 @@ class Counts:
         return f"{self.n_scored} of {self.n_planned} scored" + (f" ({', '.join(parts)})" if parts else "")
 
     @staticmethod
-    def of_row(r: Mapping[str, Any]) -> "Counts":
+    def of_row(r: Mapping[str, Any]) -> Counts:
         """From a metrics table row (rows written before these columns: n for every count)."""
         n = int(r.get("n") or 0)
 

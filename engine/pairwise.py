@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.stats import Outcome
 

@@ -75,7 +75,7 @@ class RunDirLock:
     """``with RunDirLock(run_dir, "dateline run"):`` holds the run dir's lock (re-entrant within
     this process: a sweep's points that share a run dir take it once)."""
 
-    _held: dict[str, "RunDirLock"] = {}
+    _held: dict[str, RunDirLock] = {}
     _guard = threading.Lock()
 
     def __init__(self, root: str | Path, command: str = "", filesystem: pafs.FileSystem | None = None,
@@ -147,7 +147,7 @@ class RunDirLock:
             pass
 
     # -- acquire / release ---------------------------------------------------------------------
-    def acquire(self) -> "RunDirLock":
+    def acquire(self) -> RunDirLock:
         with RunDirLock._guard:
             held = RunDirLock._held.get(self.path)
             if held is not None:
@@ -201,7 +201,7 @@ class RunDirLock:
             if current and current.get("token") == self.token:
                 self._remove()
 
-    def __enter__(self) -> "RunDirLock":
+    def __enter__(self) -> RunDirLock:
         self._holding = self.acquire()
         return self._holding
 

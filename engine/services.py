@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.protocol import ServiceSpec
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
+from typing import TypeVar
 
 import numpy as np
 

@@ -54,11 +54,12 @@ import re
 import tempfile
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TypeAlias, TypeVar, cast
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -68,8 +69,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from engine.errors import CorruptShard
-from engine.protocol import MetricRow, StepRecord
 from engine.fdtree import escape_text, has_surrogate
+from engine.protocol import MetricRow, StepRecord
 from engine.quarantine import BadRow, excerpt, write_quarantine
 
 log = logging.getLogger("dateline.storage")

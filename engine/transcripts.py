@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 
 def message_id(role: str, content: str) -> str:
@@ -57,7 +58,7 @@ def rows(calls: Sequence[CallRecord], episode_id: str, purpose: str = "episode",
                     "error": c.error, "model": c.model, "replica": c.replica, "endpoint": c.endpoint,
                     "params": json.dumps(c.params, sort_keys=True, default=str), "tokens_in": c.tokens_in,
                     "tokens_out": c.tokens_out, "latency_s": c.latency_s,
-                    "started_at": dt.datetime.fromtimestamp(c.started_at or 0, tz=dt.timezone.utc)})
+                    "started_at": dt.datetime.fromtimestamp(c.started_at or 0, tz=dt.UTC)})
     return out, msgs
 
 

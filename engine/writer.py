@@ -44,8 +44,9 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 

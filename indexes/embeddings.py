@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

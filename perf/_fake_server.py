@@ -278,7 +278,7 @@ class Engine:
             else:                              # an arrival joins the batch at once
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=t_next)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             dt = loop.time() - t0
             self.busy_s += dt
@@ -437,7 +437,7 @@ class FakeServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> FakeServer:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

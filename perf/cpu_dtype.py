@@ -67,7 +67,7 @@ def main() -> None:
 
     facts = detect()
     print("CPU flags that matter here:", ", ".join(sorted(facts.flags)) or "(no AVX-512, no AMX)",
-          "- without an explicit dtype a replica here runs %s (%s)" % derived_dtype(facts))
+          "- without an explicit dtype a replica here runs {} ({})".format(*derived_dtype(facts)))
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in a.dtypes.split(","):

@@ -149,7 +149,7 @@ class Episodes:
                                   "fingerprint": "9f8e7d6c5b4a3210"}, "engine_args": {"dtype": "bfloat16",
                                   "max_model_len": 32768, "enable_prefix_caching": True}, "reproducible": False})
         self.system = {"message_id": "sys-analyst-v3", "role": "system", "content": self.cut(1800)}
-        self.t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        self.t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
     def cut(self, n: int) -> str:
         i = self.rng.randrange(0, len(self.text) - n)
@@ -293,7 +293,7 @@ def compaction(endpoint: str, shards: int) -> list[tuple[str, float, int]]:
                              BENCHMARK.episode_fields)
         batches = [[gen.make(b * 10 + i) for i in range(10)] for b in range(shards)]
         with ThreadPoolExecutor(16) as ex:             # written in parallel: only the compaction is timed
-            list(ex.map(lambda b: store.write_batch([e[1] for e in b], [s for e in b for s in e[2]]), batches))
+            list(ex.map(lambda b: store.write_batch([e[1] for e in b], [s for e in b for s in e[2]]), batches))  # noqa: B023
         if threads:
             store.REMOTE_IO_THREADS = threads
         before = store.episodes(["episode_id"]).num_rows
@@ -464,11 +464,11 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
 def reduce_side(a: argparse.Namespace) -> dict[str, Any]:
     """``reduce_metrics`` over the run dir the judge side wrote, in a process of its own (its peak
     RSS is the reduce's)."""
+    import pyarrow as pa
+
     from engine.benchmarks.analyst import BENCHMARK
     from engine.storage import EpisodeStore
     from ray_jobs.run import reduce_metrics
-
-    import pyarrow as pa
 
     uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
     rss0 = peak_rss_mb()

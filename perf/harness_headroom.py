@@ -404,9 +404,9 @@ def run_ray(b: Bench, server: FakeServer, levels: list[int], a: argparse.Namespa
             rows: list[dict[str, Any]] = []
             delays: list[float] = []
 
-            def submit(w: int) -> None:
-                if queue:
-                    pending[workers[w].run.remote(queue.pop())] = (w, time.time())
+            def submit(w: int) -> None:        # called in this iteration only
+                if queue:  # noqa: B023
+                    pending[workers[w].run.remote(queue.pop())] = (w, time.time())  # noqa: B023
 
             for _ in range(per):
                 for w in range(len(workers)):

@@ -73,9 +73,9 @@ def build(run_dir: Path, episodes: int, points: int) -> dict[str, Any]:
 
 def side(run_dir: Path, how: str) -> dict[str, Any]:
     from engine import outcomes
-    from perf.driver_scale import peak_rss_mb
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
+    from perf.driver_scale import peak_rss_mb
 
     bench = get_benchmark("analyst")
     store = EpisodeStore(run_dir, bench.episode_fields)

@@ -60,7 +60,7 @@ def old_finished_ids(root: Path) -> set[str]:
 def write_store(root: Path, n: int, shards: int, configs: int, chars: int) -> EpisodeStore:
     rng = random.Random(0)
     store = EpisodeStore(root, BENCHMARK.episode_fields)
-    now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     words = [f"w{i}" for i in range(5000)]
     agent = '{"max_operations": 10, "prompt_variant": "b1", "rephrase": true}'
 

@@ -16,8 +16,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.budget import Budget, BudgetGate, Caps, Spend

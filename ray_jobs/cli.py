@@ -15,7 +15,8 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
 
@@ -399,8 +400,8 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     from engine.benchmarks.analyst import checklists
     from engine.config import to_plain, validate
     from engine.judges import judge_identity
-    from ray_jobs.judge import judge_endpoints
     from engine.storage import local_root
+    from ray_jobs.judge import judge_endpoints
     from ray_jobs.run import needed_cpus, run_dir
 
     validate(cfg)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -111,7 +112,6 @@ def _compose_uncached(config_name: str, overrides: Sequence[str]) -> Any:
 def compose(overrides: Sequence[str] = ()) -> Config:
     """The run config, as ``dateline run`` composes it (validated)."""
     from engine.config import validate
-
     from engine.hub import resolve_config
 
     cfg = _compose("config", overrides)

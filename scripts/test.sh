@@ -6,6 +6,9 @@ DATELINE_SETUP_BROWSER=1 bash "$REPO/scripts/setup.sh"     # the browser tests' 
 cd "$REPO"
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 DATELINE_CI=1   # CI: real-model tests may not skip, full fuzz counts
 PY="${DATELINE_VENV:-$REPO/.venv}/bin/python"
-# The type checker first: strict on engine/, indexes/, ray_jobs/ ([tool.mypy] in pyproject.toml).
+# The linter, then the type checker, before any test: ruff ([tool.ruff] in pyproject.toml: errors,
+# pyflakes, import order, bugbear, pyupgrade) on the whole tree; mypy strict on engine/, indexes/,
+# ray_jobs/ ([tool.mypy]). The same two run in pre-commit (.pre-commit-config.yaml).
+"$PY" -m ruff check --no-cache .
 "$PY" -m mypy
 exec "$PY" -m pytest -ra --durations=30 "$@"

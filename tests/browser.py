@@ -264,7 +264,7 @@ class Browser:
                 a.removeAttribute('target');
                 a.click();
                 return {href: a.href, same: here === there};
-            })(%s)""" % json.dumps(link_text), deadline)
+            })(%s)""" % json.dumps(link_text), deadline)  # noqa: UP031 (braces are JavaScript's)
             if "href" not in found:
                 raise LookupError(f"no link {link_text!r} on {to_url(page)}; its links: {found['links']}")
             if not found["same"]:

@@ -30,7 +30,7 @@ import pytest
 # process reads them, whatever its own setting.
 sys.dont_write_bytecode = False
 
-from tests.helpers import REPO, prepared_model_dir, ray_temp_dir
+from tests.helpers import REPO, prepared_model_dir, ray_temp_dir  # noqa: E402 (after the bytecode switch)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

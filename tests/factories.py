@@ -15,7 +15,7 @@ import datetime as dt
 import json
 from typing import Any
 
-NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 _COMMON: dict[str, Any] = {
     "episode_id": "e0", "config_hash": "c", "task_id": "t0", "model": "m", "agent": "{}", "data": "{}", "seed": 0,

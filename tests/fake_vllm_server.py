@@ -48,8 +48,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

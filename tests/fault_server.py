@@ -25,8 +25,9 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 KINDS = ("ok", "429", "500", "503", "reset", "timeout", "truncated", "badjson", "empty")
 
@@ -124,7 +125,7 @@ class FaultServer:
             kinds, weights = zip(*self.mix.items())
             return self.rng.choices(kinds, weights)[0]
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         self._thread.start()
         return self
 

@@ -74,7 +74,6 @@ def metrics_of(bench: Any, rows: list[dict[str, Any]], judged: bool = True, poli
     the benchmark's episode values over the plan, the benchmark's other metrics), seen through a
     judge (``judged``) or none; the rows are their own plan unless ``planned`` is given."""
     from engine import outcomes
-
     from engine.protocol import MetricRow
 
     rows = [dict(r, judge=r.get("judge", "j" if judged else "")) for r in rows]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 PREFIX = "replica-events-"
 

@@ -23,9 +23,10 @@ import json
 import math
 import os
 import platform
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 GiB = 1 << 30
 

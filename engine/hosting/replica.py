@@ -15,16 +15,27 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import replace as dc_replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
 from engine.config import ModelConfig, replica_count
 from engine.errors import PlacementError
-from engine.hosting.liveness import (DOWN, OK, SATURATED, WEDGED, Liveness, canary, gpus_busy, health_ok, scrape,
-                                     tree_cpu_s)
+from engine.hosting.liveness import (
+    DOWN,
+    OK,
+    SATURATED,
+    WEDGED,
+    Liveness,
+    canary,
+    gpus_busy,
+    health_ok,
+    scrape,
+    tree_cpu_s,
+)
 from engine.hosting.machine import describe
 from engine.hosting.vllm_server import VLLMServer, resolved_engine
 from engine.llm import Endpoint

@@ -41,7 +41,7 @@ BLOCK = 1 << 16
 SAMPLES = 16
 
 
-def _file_digest(h: "hashlib._Hash", path: Path) -> None:
+def _file_digest(h: hashlib._Hash, path: Path) -> None:
     size = path.stat().st_size
     h.update(f"{path.name}\0{size}\0".encode())
     with path.open("rb") as f:

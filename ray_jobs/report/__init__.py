@@ -22,13 +22,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from engine.cost import Prices, parse_overrides
 from engine.errors import DataError
-from ray_jobs.report.compute_pairwise import (PairwiseSection, load_verdicts, pairwise_section, read_human, sign_tests,
-                                              stage_summaries)
+from ray_jobs.report.compute_pairwise import (
+    PairwiseSection,
+    load_verdicts,
+    pairwise_section,
+    read_human,
+    sign_tests,
+    stage_summaries,
+)
 from ray_jobs.report.compute_runs import BenchmarkSection, cross_run_section, run_sections
 from ray_jobs.report.headline import headlines, render_headline, render_provenance
 from ray_jobs.report.page import Page

@@ -11,19 +11,31 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engine import stats
-from engine.judges import same_model
 from engine.benchmarks import get_benchmark
 from engine.cost import Prices, judge_prices
-from engine.pairwise import (CURRENT, NOT_IN_PLAN, REFERENCE, STALE, CurrentPlan, current_texts, outcome,
-                             pair_outcomes, plan, position_bias, slot)
+from engine.judges import same_model
+from engine.pairwise import (
+    CURRENT,
+    NOT_IN_PLAN,
+    REFERENCE,
+    STALE,
+    CurrentPlan,
+    current_texts,
+    outcome,
+    pair_outcomes,
+    plan,
+    position_bias,
+    slot,
+)
 from engine.storage import PairwiseStore
 
 Matrix = npt.NDArray[np.float64]

@@ -9,18 +9,18 @@ import json
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from engine import stats
+from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
 from engine.config import config_labels
-from engine.hosting.events import causes, describe, read_events
 from engine.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
-from engine import outcomes
+from engine.hosting.events import causes, describe, read_events
 from engine.protocol import Benchmark, Row
 from engine.storage import EpisodeStore
 

@@ -16,9 +16,10 @@ import html
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine import outcomes
 from engine.config import stable_hash
@@ -154,7 +155,7 @@ def render_text(view: EpisodeView, width: int = 2000) -> str:
              f"+{r['tokens_out']}  {float(r['wall_time_s'] or 0):.1f} s  replica {r['replica']}  worker {r['worker']}"]
     if r.get("error"):
         lines += ["", "ERROR: " + _clip(str(r["error"]), width)]
-    for n, (call, new, steps) in enumerate(_turns(view), 1):
+    for call, new, steps in _turns(view):
         if call is not None:
             p = json.loads(call["params"] or "{}")
             lines += ["", f"=== call {call['call'] + 1} ({call['model']} replica {call['replica']} at {call['endpoint']}; "

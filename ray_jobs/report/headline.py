@@ -6,9 +6,10 @@ render (``compute_runs``), so the headline never says a number the page does not
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine import outcomes
 from engine.benchmarks import get_benchmark

@@ -11,8 +11,16 @@ import numpy as np
 from engine.judges import SELF_JUDGED
 from engine.pairwise import NOT_IN_PLAN, STALE
 from ray_jobs.report import plots
-from ray_jobs.report.compute_pairwise import (Agreement, Dimensions, JudgingCost, PairwiseSection, ProtocolSection,
-                                              Ratings, SignTest, StageSummary)
+from ray_jobs.report.compute_pairwise import (
+    Agreement,
+    Dimensions,
+    JudgingCost,
+    PairwiseSection,
+    ProtocolSection,
+    Ratings,
+    SignTest,
+    StageSummary,
+)
 from ray_jobs.report.page import Page, est
 
 

@@ -8,8 +8,14 @@ from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
 from engine.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
-from ray_jobs.report.compute_runs import (BenchmarkSection, ConfigGroup, CostRow, CrossRunSection, JudgedBlock,
-                                          Leaderboard)
+from ray_jobs.report.compute_runs import (
+    BenchmarkSection,
+    ConfigGroup,
+    CostRow,
+    CrossRunSection,
+    JudgedBlock,
+    Leaderboard,
+)
 from ray_jobs.report.page import Cell, Link, Page, ci, est, num
 
 

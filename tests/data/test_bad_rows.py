@@ -11,14 +11,16 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from engine.benchmarks.analyst.data import MAX_TEXT_BYTES, load_tasks as load_analyst
+from engine.benchmarks.analyst.data import MAX_TEXT_BYTES
+from engine.benchmarks.analyst.data import load_tasks as load_analyst
 from engine.benchmarks.livenews.data import MAX_PAGE_CHARS, load_livenewsbench, load_pages, load_realtimeqa
 from engine.benchmarks.newsagent import realtimeqa as rtqa
 from engine.benchmarks.newsagent.data import MAX_TEXT_CHARS, load_dataset

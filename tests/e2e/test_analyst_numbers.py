@@ -46,7 +46,7 @@ def test_unparsed_verdicts_and_unrated_criteria_are_counted(tmp_path):
     store_dir = tmp_path / "checklists"
     store_dir.mkdir()
     ref = tasks["crashes-2023"].reference
-    crit = ["The response should state fact %d.\n" % i + "\n".join(f"- {s}: x" for s in range(1, 6)) for i in range(3)]
+    crit = [f"The response should state fact {i}.\n" + "\n".join(f"- {s}: x" for s in range(1, 6)) for i in range(3)]
     (store_dir / f"crashes-2023-{reference_sha256(ref)[:12]}.json").write_text(json.dumps(
         {"criteria": crit, "generated_by": {"judge": "scripted:1", "model": "scripted"},
          "reference_sha256": reference_sha256(ref)}))

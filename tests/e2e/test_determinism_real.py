@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from perf.determinism import agent_config, compare, run_once, start_server
 from engine.llm import Endpoint
 from indexes.service import AsyncLocalIndex
+from perf.determinism import agent_config, compare, run_once, start_server
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
 

@@ -4,8 +4,6 @@ episodes finish; the models of a sweep are hosted at once when they fit, in wave
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
@@ -14,8 +12,8 @@ from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import Point, interleave, plan_waves, run_sweep
 from ray_jobs.session import Session
-from tests.helpers import livenews_script as responder
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import livenews_script as responder
 
 
 def cfg(url: str, tmp_path, *extra: str):

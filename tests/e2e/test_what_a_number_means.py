@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
-from engine.errors import ConfigError
 from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import reduce_metrics, run_sweep, summary

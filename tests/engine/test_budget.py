@@ -8,8 +8,7 @@ import asyncio
 
 import pytest
 
-from engine.budget import (Budget, BudgetExhausted, BudgetGate, Caps, Spend, current_gate,
-                           estimate_prompt_tokens)
+from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, Spend, current_gate, estimate_prompt_tokens
 from engine.cost import Prices
 from engine.errors import ConfigError
 from engine.llm import ChatClient, Endpoint, GenerationError, Router, SamplingParams
@@ -126,8 +125,8 @@ def test_recorded_spend_counts_finished_runs_and_killed_ones(tmp_path):
     that were killed from their last ledger snapshot; a finished run's snapshot is superseded."""
     from engine.config import to_plain
     from engine.storage import EpisodeStore
-    from ray_jobs.configs import compose
     from ray_jobs.budget import exhausted_before_start, recorded_spend
+    from ray_jobs.configs import compose
 
     cfg = compose([f"run.dir={tmp_path}", "model.price_gpu_hour=2"])
     store = EpisodeStore(tmp_path)

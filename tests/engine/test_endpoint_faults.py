@@ -14,7 +14,6 @@ truncated bodies, bodies that are not JSON, answers without choices.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 

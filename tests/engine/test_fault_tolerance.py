@@ -10,7 +10,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,8 +22,8 @@ from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import run
 from ray_jobs.session import Session
-from tests.helpers import livenews_script as responder
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import livenews_script as responder
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -256,7 +256,7 @@ def test_human_file_errors_name_line_and_field(tmp_path):
 
 # -- what a report counts: the current plan, current texts ---------------------------------------------
 def test_current_plan_status():
-    from engine.pairwise import NOT_IN_PLAN, STALE, CURRENT, CurrentPlan, current_texts, slot
+    from engine.pairwise import CURRENT, NOT_IN_PLAN, STALE, CurrentPlan, current_texts, slot
 
     comps, _ = plan({"A": {"t1": "a1", "t2": "a2"}, "B": {"t1": "b1", "t2": "b2"}}, seed=0)
     rows = [c.__dict__ for c in comps]

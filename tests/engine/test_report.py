@@ -4,21 +4,29 @@ runs, and a run directory rendered with intervals, paired tests, costs and plots
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.benchmarks.newsagent import BENCHMARK as NEWS
-from engine.cost import (JudgePrices, Prices, episode_costs, judge_prices, model_prices, parse_overrides, token_cost,
-                         unit_hours, uptime_cost)
+from engine.cost import (
+    JudgePrices,
+    Prices,
+    episode_costs,
+    judge_prices,
+    model_prices,
+    parse_overrides,
+    token_cost,
+    unit_hours,
+    uptime_cost,
+)
 from engine.storage import EpisodeStore
 from ray_jobs.report import build, main
 from ray_jobs.report.compute_pairwise import judging_cost
+from tests.engine.test_pairwise import _episode as news_episode
 from tests.factories import episode_row
 from tests.helpers import metrics_of
-from tests.engine.test_pairwise import _episode as news_episode
 
 
 def _news_rows():
@@ -328,7 +336,7 @@ def test_episode_pages_are_kept_apart_per_run_dir(tmp_path):
     assert [n for _, n in hrefs] == [6, 3] and hrefs[0][0] != hrefs[1][0]
     assert dir_key(tmp_path / "x" / "run") != dir_key(tmp_path / "y" / "run")      # same name, other path
     assert dir_key(tmp_path / "x" / "run").startswith("run-")
-    for (href, n), (store, _) in zip(hrefs, dirs):
+    for (href, n), _ in zip(hrefs, dirs):
         index = (tmp_path / "rep" / href).read_text()
         assert f'<span id="shown">{n}</span> of {n} shown' in index and index.count('<tr class="ep"') == n
         assert '"../../../report.html"' in index

@@ -14,10 +14,10 @@ import functools
 import json
 import random
 import string
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import strategies as st
-
 
 
 class _Any:
@@ -83,7 +83,7 @@ def noise(r: random.Random, n: int | None = None) -> str:
     return "".join(char(r) for _ in range(n))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pool(exclude: str) -> str:
     return "".join(c for c in CLEAN if c not in exclude)
 

@@ -25,8 +25,9 @@ import re
 import shutil
 import tempfile
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,16 +41,25 @@ from engine.benchmarks.livenews.actions import parse_action_block
 from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig, turn_cap
 from engine.benchmarks.livenews.service import WebService
-from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
+from engine.benchmarks.newsagent.data import NewsTask
 from engine.llm import Completion
 from engine.protocol import DocHit, EpisodeContext, EpisodeOutcome
 from engine.services import LocalService
 from engine.storage import STEP_SCHEMA, step_rows
 from tests.fuzz.garbage import RAW_TEXT, big_int, clean, deep, jstring, jvalue, noise, seeded, soup
+from tests.fuzz.test_parsers_fuzz import (
+    ACTION_TOKENS,
+    BLOCK_TOKENS,
+    block_broken,
+    block_valid,
+    json_broken,
+    one_step_broken,
+    one_step_valid,
+    two_step_broken,
+    two_step_valid,
+)
 from tests.helpers import FULL
-from tests.fuzz.test_parsers_fuzz import (ACTION_TOKENS, BLOCK_TOKENS, block_broken, block_valid, json_broken,
-                                          one_step_broken, one_step_valid, two_step_broken, two_step_valid)
 
 EPISODES = int(os.environ.get("DATELINE_FUZZ_EPISODES", "200" if FULL else "50"))
 EPISODE_FUZZ = settings(max_examples=EPISODES, deadline=None, derandomize=True, database=None,

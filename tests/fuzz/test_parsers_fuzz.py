@@ -31,7 +31,7 @@ import os
 import random
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -40,17 +40,34 @@ from hypothesis import strategies as st
 from engine.actions import ParseError, first_json_object
 from engine.benchmarks.analyst import BENCHMARK as ANALYST
 from engine.benchmarks.analyst.checklists import _one_criterion
-from engine.benchmarks.analyst.scoring import (parse_checklist, parse_claims, parse_rating, parse_verdict,
-                                               stored_claims)
+from engine.benchmarks.analyst.scoring import parse_checklist, parse_claims, parse_rating, parse_verdict, stored_claims
 from engine.benchmarks.livenews import BENCHMARK as LIVENEWS
 from engine.benchmarks.livenews.actions import KINDS, LiveAction, parse_action_block
 from engine.benchmarks.livenews.agent import FINISH_REASONS, _classify
 from engine.benchmarks.livenews.grader import GRADES, parse_grade
 from engine.benchmarks.newsagent.environment import ACTIONS, Action, parse_action, parse_arguments, parse_kind
-from engine.benchmarks.newsagent.pairwise import DIMENSIONS, parse as parse_pairwise
+from engine.benchmarks.newsagent.pairwise import DIMENSIONS
+from engine.benchmarks.newsagent.pairwise import parse as parse_pairwise
 from engine.pairwise import outcome
-from tests.fuzz.garbage import (ANY, Case, big_int, clean, confuse, deep, jobject, jpy, jstring, jvalue,
-                                key_variant, mutate, noise, nonblank, prose, soup, wrap)
+from tests.fuzz.garbage import (
+    ANY,
+    Case,
+    big_int,
+    clean,
+    confuse,
+    deep,
+    jobject,
+    jpy,
+    jstring,
+    jvalue,
+    key_variant,
+    mutate,
+    noise,
+    nonblank,
+    prose,
+    soup,
+    wrap,
+)
 from tests.helpers import FULL
 
 N = int(os.environ.get("DATELINE_FUZZ_EXAMPLES", "10000" if FULL else "300"))

@@ -15,14 +15,22 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.hosting import vllm_server
-from engine.hosting.liveness import (DOWN, OK, SATURATED, WEDGED, EngineSample, Liveness, gpus_busy,
-                                     parse_gpu_utilization, parse_metrics)
+from engine.hosting.liveness import (
+    DOWN,
+    OK,
+    SATURATED,
+    WEDGED,
+    EngineSample,
+    Liveness,
+    gpus_busy,
+    parse_gpu_utilization,
+    parse_metrics,
+)
 from engine.hosting.replica import ModelPool
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint, Router, SamplingParams
@@ -146,15 +154,15 @@ def test_the_window_covers_a_whole_prefill_at_the_measured_prompt_rate():
 def test_a_step_three_windows_long_is_not_a_wedge_while_the_engine_computes_or_the_canary_answers():
     """Counters standing still for 3 x stall_timeout_s: the engine's processes using CPU, or the
     canary answering, is progress (on a CPU a long prefill counts no token until it ends)."""
-    for signal in ({"cpu_s": None}, {"canary_done": True}):
+    for sig in ({"cpu_s": None}, {"canary_done": True}):
         lv = Liveness(stall_s=10.0)
         cpu = 0.0
         verdicts = []
         for t in range(0, 31, 3):
             cpu += 3.0 * 0.9                    # 0.9 of a core
-            kw = {"cpu_s": cpu} if "cpu_s" in signal else {"canary_done": True}
+            kw = {"cpu_s": cpu} if "cpu_s" in sig else {"canary_done": True}
             verdicts.append(lv.observe(True, True, sample(t, 1, 500), **kw))
-        assert set(verdicts) == {OK}, (signal, verdicts)
+        assert set(verdicts) == {OK}, (sig, verdicts)
     # a late /health during such a step is a busy server, not a down one (a down verdict restarts
     # it after model.unhealthy_checks), while /metrics answers; computing behind a server that
     # answers nothing is down

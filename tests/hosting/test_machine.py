@@ -17,11 +17,28 @@ import pytest
 
 from engine.config import ModelConfig
 from engine.errors import ConfigError
-from engine.hosting.machine import (GiB, MachineFacts, cgroup_cpu_quota, cgroup_memory_free, core_list, detect,
-                                    identity_dtype, kv_bytes_per_token, kv_cache_gib, native_bf16, parse_cpu_max,
-                                    resolve_cpu_engine, thread_cores)
-from engine.hosting.vllm_server import (PLANNED_DTYPE_ENV, engine_settings, planned_dtype, resolved_engine,
-                                        with_planned_dtype)
+from engine.hosting.machine import (
+    GiB,
+    MachineFacts,
+    cgroup_cpu_quota,
+    cgroup_memory_free,
+    core_list,
+    detect,
+    identity_dtype,
+    kv_bytes_per_token,
+    kv_cache_gib,
+    native_bf16,
+    parse_cpu_max,
+    resolve_cpu_engine,
+    thread_cores,
+)
+from engine.hosting.vllm_server import (
+    PLANNED_DTYPE_ENV,
+    engine_settings,
+    planned_dtype,
+    resolved_engine,
+    with_planned_dtype,
+)
 from ray_jobs.configs import compose
 from tests.hosting.test_placement import fake_model, local_ray  # noqa: F401 - local_ray is a fixture
 

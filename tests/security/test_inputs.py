@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from engine import quarantine
 from engine.benchmarks.analyst import claims, generation, prompts, scoring
 from engine.benchmarks.analyst import metrics as analyst_metrics
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
-from engine import quarantine
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
 from engine.benchmarks.analyst.sandbox import ISOLATIONS, SandboxUnavailable, require_isolation
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
@@ -28,8 +28,16 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version, source_version
 from engine.paths import repo_path
-from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow, dumps,
-                             select_tasks)
+from engine.protocol import (
+    Benchmark,
+    BenchmarkBase,
+    EpisodeContext,
+    EpisodeOutcome,
+    JudgeRequest,
+    MetricRow,
+    dumps,
+    select_tasks,
+)
 
 AUDIT_UNSAFE_WARNING = ("AUDIT_UNSAFE: the model's code ran without OS isolation (agent.sandbox=audit_unsafe: an "
                         "audit hook it can switch off); it could have read the task's reference and checklist, so "

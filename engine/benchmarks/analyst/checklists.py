@@ -38,9 +38,10 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from engine.benchmarks.analyst import prompts, scoring
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
@@ -196,7 +197,7 @@ class BuildResult:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 async def build_missing(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, client_for: Callable[[str], Any],
@@ -256,8 +257,8 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
     as the judge stage calls them (one client retry; malformed answers retried here), into
     ``b.checklists_dir`` (relative: from the repo root) or the task folders."""
     from engine.benchmarks.analyst import _tasks
-    from engine.paths import repo_path
     from engine.llm import Router, SamplingParams
+    from engine.paths import repo_path
 
     async def go() -> list[BuildResult]:
         router = Router(list(endpoints), SamplingParams.for_judge(judge),

@@ -47,8 +47,8 @@ from typing import Any
 
 from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
 from engine.errors import BadDataError, DataError
-from engine.jsonl import check_id, field_str, loads
 from engine.fdtree import escape_text
+from engine.jsonl import check_id, field_str, loads
 from engine.quarantine import Quarantine, reject
 
 SETTINGS = ("T", "T+S", "T+S+ToC", "T+S+R*")
@@ -92,7 +92,7 @@ class AnalystTask:
         return checklist_id(self.checklist) if self.checklist else ""
 
 
-def checklist_id(criteria: "tuple[str, ...] | list[str]") -> str:
+def checklist_id(criteria: tuple[str, ...] | list[str]) -> str:
     return _checklist_id(tuple(criteria))
 
 

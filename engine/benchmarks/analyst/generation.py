@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from engine import fdtree
 from engine.actions import ParseError, first_json_object
 from engine.benchmarks.analyst.data import AnalystTask, copy_sources
-from engine import fdtree
 from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, clip_list
 from engine.benchmarks.analyst.sources import chunk_sources, chunk_text, source_texts
 from engine.llm import RequestRejected

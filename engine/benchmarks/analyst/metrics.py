@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

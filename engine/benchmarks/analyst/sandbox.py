@@ -55,11 +55,12 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from engine import fdtree
-from typing import IO, Any, Sequence
 
 log = logging.getLogger(__name__)
 

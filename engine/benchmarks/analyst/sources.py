@@ -18,9 +18,10 @@ import functools
 import math
 import threading
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from engine.errors import BadDataError, DataError
 

@@ -18,8 +18,16 @@ from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, pars
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.judges import prompt_version, source_version
-from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, JudgeRequest, MetricRow,
-                             ServiceSpec, select_tasks)
+from engine.protocol import (
+    Benchmark,
+    BenchmarkBase,
+    EpisodeContext,
+    EpisodeOutcome,
+    JudgeRequest,
+    MetricRow,
+    ServiceSpec,
+    select_tasks,
+)
 
 
 class LiveNewsBenchmark(BenchmarkBase):
@@ -101,7 +109,7 @@ class LiveNewsBenchmark(BenchmarkBase):
         return [ServiceSpec("web", "engine.benchmarks.livenews.service:WebService", {"bench": cfg.benchmark},
                             num_cpus=0.5, identity=f"web:{ident}")]
 
-    async def run_episode(self, task: "LiveTask", ctx: EpisodeContext) -> EpisodeOutcome:
+    async def run_episode(self, task: LiveTask, ctx: EpisodeContext) -> EpisodeOutcome:
         return await agent.run_episode(task.question, task.policy, ctx)
 
     def uses_model(self, agent_cfg: Any) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from indexes.web import ARCHIVE_DOMAINS
 
@@ -16,11 +15,11 @@ class LivenewsBenchmarkConfig:
     pages: str = "engine/benchmarks/livenews/sample_data/pages.jsonl"   # realtimeqa: the dumps folder
     dataset: str = "sample"                # a short name of the data: the default run dir is runs/<name>-<dataset>
     task_ids: list[str] = field(default_factory=list)   # only these questions (empty: all), then limit
-    limit: Optional[int] = None
+    limit: int | None = None
     results_per_query: int = 10            # "the top 10 results for each query"
     visit_max_tokens: int = 8000           # whitespace tokens of page text returned by a visit
     date_window: bool = True               # only pages dated on or before the question's cutoff
-    window_days: Optional[int] = None      # ... and not older than this many days (None: no lower bound)
+    window_days: int | None = None      # ... and not older than this many days (None: no lower bound)
     block_source_domain: bool = True
     blocked_domains: list[str] = field(default_factory=lambda: sorted(ARCHIVE_DOMAINS))
     judge_probes: bool = True              # also grade the gold answer and a wrong choice: judge reliability
@@ -34,7 +33,7 @@ class LivenewsAgentConfig:
     mode: str = "search"                   # search | no_search (answers from memory: Table 4)
     max_searches: int = 5                  # individual queries, over the whole episode
     max_visits: int = 5                    # individual URLs, over the whole episode
-    max_turns: Optional[int] = None        # None: derived, turn_cap(); explicit: >= max_searches + max_visits + 1
+    max_turns: int | None = None        # None: derived, turn_cap(); explicit: >= max_searches + max_visits + 1
     max_tokens_turn: int = 512
     tell_date: bool = True                 # state the question's date in the user turn
     guided_actions: bool = False           # constrain decoding to reasoning + one action block (vLLM)

@@ -23,10 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine import quarantine
+from engine.benchmarks.livenews.config import LivenewsBenchmarkConfig
 from engine.errors import BadDataError
 from engine.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed, read_unique
 from engine.paths import repo_path
-from engine.benchmarks.livenews.config import LivenewsBenchmarkConfig
 from engine.quarantine import Quarantine
 from indexes.web import WebPage, registered_domain
 

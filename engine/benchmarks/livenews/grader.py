@@ -8,7 +8,6 @@ it, then counts the episode as ungraded) rather than guessing. See ``parse_grade
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 GRADES = {"A": "CORRECT", "B": "INCORRECT", "C": "NOT ATTEMPTED"}
 
@@ -32,7 +31,7 @@ _NAMES = {"CORRECT": "CORRECT", "INCORRECT": "INCORRECT", "NOTATTEMPTED": "NOT A
 _MAX_GRADE_CHARS = 64      # "**Final grade:** C: NOT ATTEMPTED" is 33; longer is prose (and bounds the regex)
 
 
-def parse_grade(output: str) -> Optional[str]:
+def parse_grade(output: str) -> str | None:
     """CORRECT / INCORRECT / NOT ATTEMPTED, or None when the judge output is malformed.
 
     The whole output must be the grade, anchored at both ends: the letter the prompt asks for

@@ -9,16 +9,24 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
 from engine import quarantine
-from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
+from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
+from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version as text_version, source_version
+from engine.judges import prompt_version as text_version
+from engine.judges import source_version
 from engine.paths import repo_path
-from engine.protocol import (Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, MetricRow, PairwiseSpec,
-                             select_tasks)
+from engine.protocol import (
+    Benchmark,
+    BenchmarkBase,
+    EpisodeContext,
+    EpisodeOutcome,
+    MetricRow,
+    PairwiseSpec,
+    select_tasks,
+)
 from indexes.corpus import Document
 
 MODES = ("1-step", "2-step", "rule-based")

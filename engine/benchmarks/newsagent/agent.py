@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
 from engine.actions import ParseError, first_json_object
 from engine.benchmarks.newsagent import prompts
 from engine.benchmarks.newsagent.data import NewsTask
-from engine.benchmarks.newsagent.environment import (Action, NewsEnvironment, Retrieved, StepOutcome,
-                                                     parse_action, parse_arguments, parse_kind,
-                                                     split_sentences)
+from engine.benchmarks.newsagent.environment import (
+    Action,
+    NewsEnvironment,
+    Retrieved,
+    StepOutcome,
+    parse_action,
+    parse_arguments,
+    parse_kind,
+    split_sentences,
+)
 from engine.benchmarks.newsagent.metrics import episode_scores
 from engine.llm import RequestRejected
 from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
@@ -110,7 +118,7 @@ async def _rephrase(task: NewsTask, draft: list[str], ctx: EpisodeContext) -> tu
     best: tuple[str, float] | None = None
     feedback: list[str] = []
     attempts = 0
-    for attempts in range(1, cfg.rephrase_attempts + 1):
+    for attempts in range(1, cfg.rephrase_attempts + 1):      # noqa: B007 (returned: how many were made)
         user = prompts.rephrase_prompt(task, draft, feedback)
         comp = await ctx.model.chat([{"role": "system", "content": prompts.REPHRASE_SYSTEM},
                                    {"role": "user", "content": user}], cfg.rephrase_max_tokens)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass
@@ -15,7 +14,7 @@ class NewsagentBenchmarkConfig:
     dataset: str = "sample"
     # Only these tasks (empty: all), then only the first N (null: all).
     task_ids: list[str] = field(default_factory=list)
-    limit: Optional[int] = None
+    limit: int | None = None
     # A bad row in the data: "error" stops before anything runs (a DataError naming file, row and
     # field); "skip" drops it and records it in RUN_DIR/quarantine (docs/design/data.md).
     on_bad_rows: str = "error"

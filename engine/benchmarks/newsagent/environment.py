@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 import unicodedata
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any
 
 from engine.actions import ParseError, first_json_object, get_ci
 from engine.benchmarks.newsagent.data import NewsTask
@@ -48,12 +49,12 @@ class Action:
     kind: str                       # search | insert | remove | terminate
     thought: str = ""
     query: str = ""
-    before: Optional[dt.date] = None
+    before: dt.date | None = None
     text: str = ""
     # insert/remove: an object named by id (the rule-based baseline; a model may add "id" to
     # "obj"), and a date that prefers, among objects of the same text, the one of that date
     object_id: str = ""
-    date: Optional[dt.date] = None
+    date: dt.date | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"Action": self.kind}
@@ -84,7 +85,7 @@ MSG_TERMINATE = "Terminated: the draft is final."
 MSG_CAP = "Operation limit reached ({cap} operations): the draft is final."
 
 
-def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
+def _parse_date(obj: dict[str, Any]) -> dt.date | None:
     """All three of year/month/day (the prompt's "Required fields"), or none (search up to the
     release date). A partial date such as a year alone is an invalid action (error iv), not
     1 January: guessing the missing parts would silently narrow the search."""
@@ -101,7 +102,7 @@ def _parse_date(obj: dict[str, Any]) -> Optional[dt.date]:
         raise ParseError(f"invalid search date {where}") from None
 
 
-def _obj_target(obj: dict[str, Any]) -> tuple[str, str, Optional[dt.date]]:
+def _obj_target(obj: dict[str, Any]) -> tuple[str, str, dt.date | None]:
     """(text, object id, date) of an insert/remove: ``"obj": {"text": ...}`` as the prompt asks,
     optionally with ``"id"`` (or ``"object_id"``) naming a retrieved object, which then decides
     alone, and ``"date"`` (YYYY-MM-DD, as the observation shows it), which picks among objects of
@@ -117,7 +118,7 @@ def _obj_target(obj: dict[str, Any]) -> tuple[str, str, Optional[dt.date]]:
     text = target if isinstance(target, str) else ""
     if not text.strip() and not object_id:
         raise ParseError('insert/remove needs "obj": {"text": "..."}')
-    when: Optional[dt.date] = None
+    when: dt.date | None = None
     if isinstance(date, str):
         try:
             when = dt.date.fromisoformat(date.strip()[:10])
@@ -202,7 +203,7 @@ class NewsEnvironment:
     def operations_left(self) -> int:
         return max(0, self.max_operations - self.counters.operations)
 
-    def cutoff(self, requested: Optional[dt.date]) -> dt.date:
+    def cutoff(self, requested: dt.date | None) -> dt.date:
         """Search strictly before the release date, or an earlier date the agent asks for."""
         if requested is None or requested > self.task.release_date:
             return self.task.release_date

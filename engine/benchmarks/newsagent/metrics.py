@@ -41,7 +41,8 @@ included.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from engine.protocol import MetricRow
 
@@ -56,7 +57,7 @@ def prf(selected: Iterable[str], reference: Iterable[str]) -> tuple[float, float
     return p, r, f
 
 
-def episode_scores(retrieved: list[str], draft: list[str], reference: list[str]) -> dict[str, Optional[float]]:
+def episode_scores(retrieved: list[str], draft: list[str], reference: list[str]) -> dict[str, float | None]:
     """One episode's function-wise scores. ``search_precision`` / ``edit_precision`` are None
     (undefined, left out of the mean) when nothing was retrieved / kept."""
     sp, sr, sf = prf(retrieved, reference)

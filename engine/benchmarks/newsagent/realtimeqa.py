@@ -96,10 +96,11 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
 from engine.errors import BadDataError, DataError
@@ -494,7 +495,7 @@ def _render(sentence: str) -> tuple[str, str]:
 
 
 def _object_id(url: str, sentence: str, taken: dict[str, Any]) -> str:
-    digest = hashlib.sha1(f"{url}\n{sentence}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha1(f"{url}\n{sentence}".encode()).hexdigest()
     for n in (12, 16, 24, 40):  # longer only on a (never yet seen) 48-bit collision
         oid = "rtqa-" + digest[:n]
         if oid not in taken:

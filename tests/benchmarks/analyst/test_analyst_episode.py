@@ -14,12 +14,12 @@ from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
 from engine.benchmarks.analyst.data import checklist_id, reference_sha256
 from engine.benchmarks.analyst.sources import ByteCounter
-from tests.helpers import metrics_of
+from engine.config import to_plain
 from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from engine.protocol import dumps
-from engine.config import to_plain
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import metrics_of
 
 BENCH = get_benchmark("analyst")
 
@@ -138,7 +138,7 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     # crashes-2023 ships no checklist: a built one in a checklist store (as analyst-checklists writes it)
     store = tmp_path / "checklists"
     store.mkdir()
-    criteria = ["The response should state fact %d.\n" % i + "\n".join(f"- {s}: x" for s in range(1, 6)) for i in range(3)]
+    criteria = [f"The response should state fact {i}.\n" + "\n".join(f"- {s}: x" for s in range(1, 6)) for i in range(3)]
     ref = TASKS["crashes-2023"].reference
     (store / f"crashes-2023-{reference_sha256(ref)[:12]}.json").write_text(json.dumps(
         {"criteria": criteria, "generated_by": {"judge": "j", "model": "m"}, "reference_sha256": reference_sha256(ref)}))

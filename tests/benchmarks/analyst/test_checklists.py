@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import metrics_of
-
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst import _tasks
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
@@ -22,6 +20,7 @@ from engine.errors import DataError
 from engine.llm import Endpoint
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import metrics_of
 
 BENCH = get_benchmark("analyst")
 SAMPLE = Path(__file__).resolve().parents[3] / "engine" / "benchmarks" / "analyst" / "sample_tasks"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import metrics_of
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
 from tests.factories import episode_row
+from tests.helpers import metrics_of
 
 BENCH = get_benchmark("analyst")
 

@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from tests.helpers import metrics_of
-
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.analyst.config import AnalystAgentConfig
 from tests.benchmarks.analyst.test_analyst_episode import REPORT, TASKS, run
+from tests.helpers import metrics_of
 
 BENCH = get_benchmark("analyst")
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.benchmarks.analyst.scoring import (checklist_score, coverage, figures, hallucination_rate,
-                                               parse_checklist, parse_claims, parse_rating, parse_verdict)
+from engine.benchmarks.analyst.scoring import (
+    checklist_score,
+    coverage,
+    figures,
+    hallucination_rate,
+    parse_checklist,
+    parse_claims,
+    parse_rating,
+    parse_verdict,
+)
 
 
 @pytest.mark.parametrize("text,want", [

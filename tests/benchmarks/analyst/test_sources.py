@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.benchmarks.analyst.sources import (ByteCounter, SourceText, chunk_sources, chunk_text, read_table,
-                                               source_texts, summarise_table, token_counter)
+from engine.benchmarks.analyst.sources import (
+    ByteCounter,
+    SourceText,
+    chunk_sources,
+    chunk_text,
+    read_table,
+    source_texts,
+    summarise_table,
+    token_counter,
+)
 from engine.errors import DataError
 
 words = st.text(alphabet=st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), min_size=1, max_size=30)

@@ -13,7 +13,7 @@ import pytest
 
 from engine.benchmarks.livenews.grader import parse_grade
 
-C, I, N = "CORRECT", "INCORRECT", "NOT ATTEMPTED"
+C, I, N = "CORRECT", "INCORRECT", "NOT ATTEMPTED"  # noqa: E741 (the grader's letters)
 
 CASES = [
     # the bare letter, as asked

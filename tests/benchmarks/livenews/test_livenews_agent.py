@@ -11,8 +11,6 @@ from dataclasses import replace
 
 import pytest
 
-from tests.helpers import metrics_of
-
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import load
@@ -23,6 +21,7 @@ from engine.services import LocalService
 from indexes.web import registered_domain
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import metrics_of
 
 BENCH = get_benchmark("livenews")
 

@@ -8,8 +8,7 @@ import pytest
 
 from engine.benchmarks.livenews.config import LivenewsAgentConfig
 from engine.errors import ConfigError
-from tests.benchmarks.livenews.test_livenews_agent import block, run, urls_in
-from tests.benchmarks.livenews.test_livenews_agent import tasks, web  # noqa: F401  (fixtures)
+from tests.benchmarks.livenews.test_livenews_agent import block, run, tasks, urls_in, web  # noqa: F401  (fixtures)
 
 
 def spend_every_unit(searches: int, visits: int):

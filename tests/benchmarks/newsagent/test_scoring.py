@@ -14,7 +14,7 @@ from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent import environment as E
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
-from engine.benchmarks.newsagent.metrics import episode_scores, episode_values
+from engine.benchmarks.newsagent.metrics import episode_scores
 from tests.factories import episode_row
 from tests.helpers import metrics_of
 
@@ -185,7 +185,7 @@ def test_insert_matches_across_removed_punctuation():
 ])
 def test_partial_search_date_is_an_error(fields):
     with pytest.raises(ParseError, match="invalid search date"):
-        parse_action('{"Action": "search", "query": "Sue Gray report", %s}' % fields)
+        parse_action('{"Action": "search", "query": "Sue Gray report", ' + fields + "}")
 
 
 def test_full_or_absent_date_still_parses():
