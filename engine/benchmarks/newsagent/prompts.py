@@ -17,7 +17,7 @@ the system prompt that explains the two turns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Sequence
 
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import NewsEnvironment, Retrieved
