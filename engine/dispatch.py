@@ -73,7 +73,7 @@ class WorkerSetup:
     # identity of the model pool the endpoints belong to: the points of a sweep that use the same
     # pool share one router (and its in-flight bounds) in a worker
     pool_key: str = ""
-    engine_json: str = ""      # ray_jobs.run.engine_identity as JSON: every row's ``engine`` column
+    engine_json: str = ""      # engine.identity.engine_identity as JSON: every row's ``engine`` column
     weights_id: str = ""       # engine.hosting.weights.weights_id of the model ("" without one)
 
 

@@ -23,13 +23,16 @@ metrics of a judged view are computed under that view's own settings (``row["eva
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from engine.config import stable_hash
+
+# decided in engine/identity.py; re-exported here, where benchmarks and plugins import them from
+from engine.identity import evaluation_settings as evaluation_settings
+from engine.identity import prompt_version as prompt_version
+from engine.identity import source_version as source_version
 
 SELF_JUDGED = "self-judged"
 
@@ -47,15 +50,6 @@ class JudgeIdentity:
         """The identity columns of a judgement row."""
         return {"judge": self.id, "judge_model": self.model, "judge_kind": self.kind, "judge_prompt": self.prompt,
                 "evaluation": self.evaluation, "judge_weights": self.weights}
-
-
-def evaluation_settings(benchmark_cfg: Any, fields: Sequence[str]) -> dict[str, Any]:
-    """The values of a benchmark's evaluation fields in its config (``on_bad_rows`` picks which
-    rows load, so it is not an evaluation setting)."""
-    from engine.config import to_plain
-
-    plain = to_plain(benchmark_cfg) or {}
-    return {k: plain.get(k) for k in fields if k != "on_bad_rows"}
 
 
 def judge_identity(cfg: Any, prompt_version: str = "", *extra: Any,
@@ -87,21 +81,6 @@ def judge_identity(cfg: Any, prompt_version: str = "", *extra: Any,
     return JudgeIdentity(f"{name}:{stable_hash(ident, j.temperature, *extra, *prompt, *settings, n=8)}", model,
                          j.kind, prompt_version, json.dumps(evaluation, sort_keys=True) if evaluation else "",
                          weights)
-
-
-def prompt_version(*texts: str) -> str:
-    """A short version of judge prompts: a hash of their text, so any edit makes a new judge."""
-    return stable_hash(*texts, n=8)
-
-
-def source_version(*modules: ModuleType) -> str:
-    """A short version of prompt modules: a hash of their source, so any edit of a template or of
-    the code that fills it makes a new version."""
-    texts = []
-    for mod in modules:
-        path = getattr(mod, "__file__", None)
-        texts.append(Path(path).read_text() if path else repr(sorted(vars(mod))))
-    return stable_hash(*texts, n=8)
 
 
 @dataclass

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
+from engine.identity import dataset_key as dataset_key  # decided there; re-exported for readers of outcomes
 from engine.protocol import MetricRow, Row
 
 SCORED, ERROR, BUDGET_STOPPED, NOT_RUN = "scored", "error", "budget_stopped", "not_run"
@@ -389,18 +390,6 @@ def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
                 f"{metric} is over its own plan.")
     return (f"{metric}: on the {len(tasks)} task(s) every compared configuration has a value for "
             f"({len(common - tasks)} more dropped).")
-
-
-def dataset_key(bench: Any, data_json: str | None) -> str:
-    """Which configurations are compared with each other: those of one dataset, i.e. the benchmark
-    config (``data``) without what picks tasks (``limit``, ``task_ids``) or only changes judging
-    (the benchmark's ``evaluation_fields``)."""
-    try:
-        d = json.loads(data_json or "{}")
-    except ValueError:
-        return data_json or ""
-    drop = {"limit", "task_ids", "on_bad_rows", "dataset", *getattr(bench, "evaluation_fields", ())}
-    return json.dumps({k: v for k, v in d.items() if k not in drop}, sort_keys=True, default=str)
 
 
 def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:

@@ -97,7 +97,7 @@ EPISODE_FIELDS: list[pa.Field[Any]] = [
     pa.field("finished_at", pa.timestamp("ms", tz="UTC")),
     pa.field("worker", pa.string()),
     pa.field("replica", pa.int32()),
-    # what generated it beyond the config hash (ray_jobs.run.engine_identity, JSON): weights
+    # what generated it beyond the config hash (engine.identity.engine_identity, JSON): weights
     # (path + content fingerprint), engine args, reproducible mode, the agent prompts' version.
     # A configuration never holds two (a resumed run that would mix them is refused).
     pa.field("engine", pa.string()),

@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from engine import transcripts
 from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
-from engine.judges import JudgeIdentity, evaluation_settings, judge_identity
+from engine.identity import evaluation_settings
+from engine.judges import JudgeIdentity, judge_identity
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.protocol import Benchmark, JudgeRequest
 from engine.storage import EpisodeStore, PairwiseStore

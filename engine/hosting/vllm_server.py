@@ -97,7 +97,7 @@ def derives_cpu_settings(m: Any) -> bool:
 def planned_dtype(m: Any, facts: MachineFacts | None = None) -> str | None:
     """The dtype a CPU model's replicas run with as this machine (``facts``, default: detected)
     resolves it, the config's when set; None for a GPU model or an external endpoint. Part of the
-    engine identity (``ray_jobs/run.py: engine_identity``)."""
+    engine identity (``engine/identity.py: engine_identity``)."""
     if not derives_cpu_settings(m):
         return None
     return identity_dtype(m.engine_args, facts or detect())

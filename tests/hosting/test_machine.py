@@ -341,7 +341,7 @@ def test_episode_identity_records_the_resolved_dtype(tmp_path, monkeypatch):
     local_cpu.yaml said dtype: bfloat16; on an AVX2 one it is another configuration."""
     import engine.hosting.vllm_server as vs
     from engine.benchmarks import get_benchmark
-    from ray_jobs.run import engine_identity
+    from engine.identity import engine_identity
 
     bench = get_benchmark("newsagent")
     cfg = compose()

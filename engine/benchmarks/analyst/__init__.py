@@ -26,7 +26,7 @@ from engine.benchmarks.analyst.sandbox import ISOLATIONS, SandboxUnavailable, re
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version, source_version
+from engine.identity import prompt_version, source_version
 from engine.paths import repo_path
 from engine.protocol import (
     Benchmark,

@@ -17,7 +17,7 @@ from engine.benchmarks.livenews.data import LiveQuestion, load
 from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version, source_version
+from engine.identity import prompt_version, source_version
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,

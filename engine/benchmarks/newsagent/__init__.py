@@ -15,8 +15,8 @@ from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBe
 from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
 from engine.config import Config
 from engine.errors import ConfigError
-from engine.judges import prompt_version as text_version
-from engine.judges import source_version
+from engine.identity import prompt_version as text_version
+from engine.identity import source_version
 from engine.paths import repo_path
 from engine.protocol import (
     Benchmark,
