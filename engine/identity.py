@@ -35,12 +35,16 @@ keyed by it. ``tests/test_pins.py`` pins the values of each benchmark's default 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from engine.config import stable_hash, to_plain
+from engine.hosting.vllm_server import planned_dtype
+from engine.hosting.weights import weights_identity
+from engine.protocol import dumps
 
 if TYPE_CHECKING:
     from engine.config import Config
@@ -94,9 +98,6 @@ def engine_identity(cfg: Config, bench: Benchmark[Any], uses_model: bool) -> dic
     out (bfloat16 where the CPU computes it natively, else float32: ``engine/hosting/machine.py``),
     so runs on the two kinds of CPU are two engines; the pool's replicas refuse to start on a node
     that resolves another (``Session.pool``)."""
-    from engine.hosting.vllm_server import planned_dtype
-    from engine.hosting.weights import weights_identity
-
     out: dict[str, Any] = {"prompt": bench.prompt_version}
     if uses_model:
         m = cfg.model
@@ -130,8 +131,6 @@ def episode_id(ident: dict[str, Any], engine: dict[str, Any], task_id: str, seed
 
 def data_identity(cfg: Config) -> str:
     """The benchmark config as stored with a plan (the ``data`` that :func:`dataset_key` reads)."""
-    from engine.protocol import dumps
-
     return dumps(to_plain(cfg.benchmark) | {"limit": None})
 
 
@@ -139,8 +138,6 @@ def dataset_key(bench: Any, data_json: str | None) -> str:
     """Which configurations are compared with each other: those of one dataset, i.e. the benchmark
     config (``data``) without what picks tasks or rows or only changes judging (the benchmark's
     ``evaluation_fields``)."""
-    import json
-
     try:
         d = json.loads(data_json or "{}")
     except ValueError:
