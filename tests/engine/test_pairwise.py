@@ -193,7 +193,7 @@ def test_pairwise_stage_and_report(tmp_path):
     assert len(comps) == 20 and {c["seed"] for c in comps} == {5}
     firsts = {(c["task_id"], c["system_a"], c["system_b"]): c["first"] for c in comps if c["order"] == "random"}
     cfg2 = compose_pairwise([f"runs=[{run_a},{run_b}]", f"out={tmp_path / 'pw2'}", "seed=5"])
-    from ray_jobs.pairwise import collect
+    from ray_jobs.pairwise_plan import collect
     _, arts, _ = collect(cfg2, BENCHMARK)
     assert {(c.task_id, c.system_a, c.system_b): c.first for c in plan(arts, 5)[0]} == firsts   # reproducible
 

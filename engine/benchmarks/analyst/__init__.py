@@ -45,7 +45,7 @@ AUDIT_UNSAFE_WARNING = ("AUDIT_UNSAFE: the model's code ran without OS isolation
 
 
 @functools.lru_cache(maxsize=8)
-def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
+def tasks_by_id(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
     """The tasks by id, for looking up tasks whose episodes ran: a bad folder of another task is
     skipped (logged), not fatal here (whether bad folders may be skipped at all is decided when
     a run loads its tasks, by ``benchmark.on_bad_rows``)."""
@@ -56,7 +56,7 @@ def _tasks(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTask]:
 
 def _task(tasks_dir: str, checklists_dir: str, task_id: str) -> AnalystTask:
     """The task ``task_id``; when its folder no longer loads, the DataError saying why."""
-    task = _tasks(tasks_dir, checklists_dir).get(task_id)
+    task = tasks_by_id(tasks_dir, checklists_dir).get(task_id)
     if task is None:
         load_task(repo_path(tasks_dir) / task_id, repo_path(checklists_dir) if checklists_dir else None)   # raises why
         raise KeyError(f"analyst task {task_id!r} is not in {repo_path(tasks_dir)}")
@@ -259,12 +259,12 @@ class AnalystBenchmark(BenchmarkBase):
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
         from engine.benchmarks.analyst.metrics import aggregate
 
-        return aggregate(rows, _tasks, _embedder)
+        return aggregate(rows, tasks_by_id, _embedder)
 
     def episode_values(self, rows: list[dict[str, Any]]) -> list[dict[str, float]]:
         from engine.benchmarks.analyst.metrics import episode_values
 
-        return [episode_values(r, _tasks, _embedder) for r in rows]
+        return [episode_values(r, tasks_by_id, _embedder) for r in rows]
 
     def tables(self, metric_rows: list[dict[str, Any]]) -> dict[str, str]:
         from engine.benchmarks.analyst.metrics import tables
@@ -276,7 +276,7 @@ class AnalystBenchmark(BenchmarkBase):
 
     def episode_reference(self, row: dict[str, Any]) -> str:
         b = row_config(row)
-        task = _tasks(b.tasks_dir, b.checklists_dir).get(row["task_id"])
+        task = tasks_by_id(b.tasks_dir, b.checklists_dir).get(row["task_id"])
         return task.reference if task is not None else ""
 
     def config_warnings(self, agent: dict[str, Any]) -> list[str]:

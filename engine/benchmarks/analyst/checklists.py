@@ -256,7 +256,7 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
     """:func:`build_missing` with the judge's endpoints and sampling (``judge``: a JudgeConfig),
     as the judge stage calls them (one client retry; malformed answers retried here), into
     ``b.checklists_dir`` (relative: from the repo root) or the task folders."""
-    from engine.benchmarks.analyst import _tasks
+    from engine.benchmarks.analyst import tasks_by_id
     from engine.llm import Router, SamplingParams
     from engine.paths import repo_path
 
@@ -272,4 +272,4 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
     try:
         return asyncio.run(go())
     finally:
-        _tasks.cache_clear()        # this process reads the new files from now on
+        tasks_by_id.cache_clear()        # this process reads the new files from now on

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.benchmarks import get_benchmark
-from engine.benchmarks.analyst import _tasks
+from engine.benchmarks.analyst import tasks_by_id
 from engine.benchmarks.analyst.config import AnalystBenchmarkConfig
 from engine.benchmarks.analyst.data import load_tasks
 from engine.errors import DataError
@@ -117,7 +117,7 @@ def test_every_judge_scores_against_the_stored_checklist(tasks_dir):
     # a store keyed by task id and reference hash; the read-only task folder stays untouched
     assert Path(res.path).name == f"crashes-2023-{reference_sha256(task.reference)[:12]}.json"
     assert not (tasks_dir / "crashes-2023" / "checklist.json").exists()
-    _tasks.cache_clear()
+    tasks_by_id.cache_clear()
     row = episode_row("analyst", episode_id="e1", output="# Report\n\nThe city had 2,767 crashes.\n",
                       data=json.dumps({"tasks_dir": str(tasks_dir), "checklists_dir": str(store)}))
     stored = json.loads(Path(res.path).read_text())["criteria"]
@@ -140,7 +140,7 @@ def test_failed_build_leaves_the_score_missing_with_a_reason(tasks_dir):
     assert not (tasks_dir / "crashes-2023" / "checklist.json").exists()
     failed = json.loads((tasks_dir / "crashes-2023" / "checklist.failed.json").read_text())
     assert failed["generated_by"] == WHO and "criteria description here" in failed["raw_output_head"]
-    _tasks.cache_clear()
+    tasks_by_id.cache_clear()
     row = episode_row("analyst", episode_id="e1", output="# Report\n\nText.\n", report_tokens=5,
                       data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={"claims:0": None})
     assert not [r for r in BENCH.judge_requests(row, {}) if r.key.startswith("criterion:")]
@@ -153,7 +153,7 @@ def test_failed_build_leaves_the_score_missing_with_a_reason(tasks_dir):
 
 
 def test_task_without_checklist_file_is_counted_not_dropped(tasks_dir):
-    _tasks.cache_clear()
+    tasks_by_id.cache_clear()
     row = episode_row("analyst", episode_id="e1", task_id="crashes-2022", output="# Report\n", report_tokens=5,
                       data=json.dumps({"tasks_dir": str(tasks_dir)}), judgements={})
     m = metrics_of(BENCH, [row])
