@@ -24,7 +24,7 @@ from engine.budget import BudgetGate, current_gate
 from engine.transcripts import CallRecord
 
 if TYPE_CHECKING:
-    from engine.config import JudgeConfig, ModelConfig
+    from engine.config.schema import JudgeConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ import pyarrow as pa
 from indexes.corpus import Document
 
 if TYPE_CHECKING:
-    from engine.config import Config
+    from engine.config.schema import Config
     from engine.llm import Completion
 
 

@@ -638,7 +638,7 @@ class _ShardedDir:
     def write_json(self, name: str, obj: Any) -> None:
         """``name`` as JSON, secrets redacted (``engine.config.redact``: env values, keys, URL
         credentials and query strings): nothing a run dir holds can leak them."""
-        from engine.config import redact
+        from engine.config.values import redact
 
         self.write_text(name, json.dumps(redact(json.loads(json.dumps(obj, default=str))), indent=2, default=str))
 
@@ -1054,7 +1054,7 @@ class EpisodeStore(_ShardedDir):
             for info in self.fs.get_file_info(pafs.FileSelector(self._path(sub), allow_not_found=True)):
                 if info.type == pafs.FileType.File and info.base_name.startswith("part-"):
                     parts.append(f"{sub}/{info.base_name}:{info.size}")
-        from engine.config import stable_hash
+        from engine.config.values import stable_hash
 
         return stable_hash(*sorted(parts), n=16)
 
