@@ -18,21 +18,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ray_jobs.cli_errors import CliError
+from ray_jobs.provenance import dateline_version as version
+
 HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
-
-
-class CliError(Exception):
-    """A command-line mistake: one line on stderr, exit status 2."""
-
-
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as _v
-
-    try:
-        return _v("dateline")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -138,7 +138,7 @@ def export(run_dir: str, to: str, experiment: str = "dateline", tracking_uri: st
     from engine.storage import is_run_dir
 
     if not is_run_dir(run_dir):
-        from ray_jobs.cli import CliError
+        from ray_jobs.cli_errors import CliError
 
         raise CliError(f"no run dir at {run_dir} (no episodes/ folder there)")
     lines = []

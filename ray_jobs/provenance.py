@@ -67,10 +67,14 @@ def hardware() -> dict[str, Any]:
     return out
 
 
+def dateline_version() -> str:
+    """dateline's installed version ("unknown" when it is not installed)."""
+    return _version("dateline") or "unknown"
+
+
 def collect(cfgs: Sequence[Any], command: Sequence[str] | None, started: float, ended: float) -> dict[str, Any]:
     """The provenance of one ``dateline run`` (or Python API call) over ``cfgs``."""
     from engine.config import REDACTED, secret_values, to_plain
-    from ray_jobs.cli import version as dateline_version
 
     argv = list(command) if command is not None else ["python", *sys.argv]
     secrets: set[str] = set()

@@ -64,16 +64,10 @@ ALLOWED_SCCS: frozenset[frozenset[str]] = frozenset({
     # engine.protocol -> engine.config once engine.config became a package whose schema the others
     # import). Plan: S1 (quarantine moves to storage's public shard API).
     frozenset({"engine.quarantine", "engine.storage"}),
-    # The driver and its commands. Plan: R1 (names that cli/export/provenance take from run move to
-    # run/plan.py and engine/identity.py).
-    frozenset({
-        "ray_jobs.cli",
-        "ray_jobs.estimate",
-        "ray_jobs.export",
-        "ray_jobs.provenance",
-        "ray_jobs.run",
-        "ray_jobs.stopping",
-    }),
+    # run <-> stopping (what was left of the driver's circle with cli, estimate, export and
+    # provenance once CliError and the version moved below the CLI). Plan: D1 (stopping imports
+    # the planning stage, not the driver package).
+    frozenset({"ray_jobs.run", "ray_jobs.stopping"}),
 })
 
 # Rule 4: (importer, module the name is taken from, name).
@@ -88,7 +82,7 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str, str]] = frozenset({
 # import statements. A tight ratchet: the test fails above this number (an in-project import put in
 # a function is the usual way a cycle is hidden from Python, and this graph counts it anyway), and
 # below it too, with the number to write here, so it stays the real count and only goes down.
-FUNCTION_LEVEL_IN_PROJECT = 150
+FUNCTION_LEVEL_IN_PROJECT = 149
 # Function-level imports of everything else (stdlib and third party). A ceiling only, not a tight
 # ratchet: many are deliberate lazy imports of heavy dependencies (ray, pyarrow, openai, hydra) that
 # keep `dateline` and the workers quick to start, so moving one to the top is not progress per se
