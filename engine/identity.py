@@ -93,7 +93,7 @@ def engine_identity(cfg: Config, bench: Benchmark[Any], uses_model: bool) -> dic
     """What generates a configuration's outputs beyond its settings: the model's weights (path and
     content fingerprint; the served name of an external endpoint), the engine's arguments, the
     reproducible mode, and the version of the agent's prompt text. Part of every episode id; a
-    configuration's stored episodes all have the same (``ray_jobs/run.py: check_engine``). A CPU
+    configuration's stored episodes all have the same (``ray_jobs/run/planning.py: check_engine``). A CPU
     model's engine arguments hold its dtype as this machine resolves it when the config leaves it
     out (bfloat16 where the CPU computes it natively, else float32: ``engine/hosting/machine.py``),
     so runs on the two kinds of CPU are two engines; the pool's replicas refuse to start on a node

@@ -1,6 +1,6 @@
 """The driver's store writer: finished episodes leave the dispatch loop as one cheap hand-off.
 
-The dispatch loop (``ray_jobs/run.py:_dispatch``) used to write, every ``run.flush_interval_s``,
+The dispatch loop (``ray_jobs/run/dispatch_loop.py``) used to write, every ``run.flush_interval_s``,
 one steps and one episodes shard (plus calls and messages) *per point*, synchronously: on S3
 each shard is a PUT, a server-side copy and a delete, so a 32-point sweep spent 6-15 s per flush
 cycle in which no worker slot was refilled. :class:`StoreWriter` takes the rows instead

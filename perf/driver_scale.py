@@ -11,7 +11,7 @@ serves, under werkzeug's threaded server) wrapped in a WSGI middleware that slee
 wait concurrently, as on a real endpoint. Each side runs in a child process of its own (so each
 peak RSS is its own) writing to a fresh prefix of the bucket.
 
-Each child simulates the dispatch loop of ``ray_jobs/run.py:_dispatch``: ``--episodes`` analyst-
+Each child simulates the dispatch loop of ``ray_jobs/run/dispatch_loop.py``: ``--episodes`` analyst-
 shaped episodes (the analyst benchmark's columns, a 2.5 KB report, 3 steps, one model call with
 its prompt messages: about 8 KB of values each, as ``docs/design/transcripts.md`` measured)
 finish at an even rate over ``--arrive-s`` seconds across ``--points`` points of one run dir. Every
@@ -196,7 +196,7 @@ def buffer(bufs: Buffers, p: int, row: dict[str, Any], steps: list[Any], calls: 
 
 
 def hand_off(writer: Any, stores: list[Any], bufs: Buffers) -> None:
-    """The hand-off ray_jobs/run.py's flush() does now: every point's buffered rows to the writer."""
+    """The hand-off DispatchLoop.flush() (ray_jobs/run/dispatch_loop.py) does now: every point's buffered rows to the writer."""
     writer.check()
     for k, (eps, steps, calls, messages) in list(bufs.items()):
         if eps:
@@ -221,7 +221,7 @@ def run_side(a: argparse.Namespace) -> dict[str, Any]:
     write_s = 0.0
     writer = StoreWriter(a.flush_s) if a.mode == "new" else None
 
-    def old_flush() -> None:            # ray_jobs/run.py's flush() closure before the writer
+    def old_flush() -> None:            # the dispatch loop's flush() before the writer
         nonlocal flushes
         wrote = False
         for k, (eps, steps, calls, messages) in list(bufs.items()):

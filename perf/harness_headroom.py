@@ -24,7 +24,7 @@ number). The same episodes run
   request batching, MiniLM + FAISS in a thread) built in-process, the web a ``LocalService``;
 * ``ray``: ``start_workers`` worker actors (``--workers``, episodes_per_worker = C / workers),
   the real index actor (``start_index_service``: MiniLM embeddings of the sample corpus) and the
-  livenews offline-web actor, driven like ``ray_jobs/run.py`` (refill on completion, ``ray.wait``);
+  livenews offline-web actor, driven like ``ray_jobs/run/dispatch_loop.py`` (refill on completion, ``ray.wait``);
 * diagnostics, not the goal: ``inprocess-embcache`` / ``ray-embcache`` put the index's embedder
   behind a text cache (newsagent only), which shows what a step costs without MiniLM compute;
   ``--server-delay-ms`` makes the server wait per request, which shows how many episodes stay in

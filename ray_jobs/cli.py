@@ -197,7 +197,7 @@ def _dispatch(a: argparse.Namespace) -> int:
                                          [o for o in overrides if o not in ("-h", "--help")], f"dateline {cmd}"))
             return 0
         if cmd == "run":
-            from ray_jobs.run import hydra_entry
+            from ray_jobs.run.entry import hydra_entry
 
             return _hydra(hydra_entry, overrides)
         if cmd == "estimate":
@@ -251,7 +251,7 @@ def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
     sys.argv = [sys.argv[0], *overrides]
     try:
         entry()
-    except SystemExit as e:             # the run's honest exit status (ray_jobs.run.exit_code), 130 / 143
+    except SystemExit as e:             # the run's honest exit status (ray_jobs.run.results.exit_code), 130 / 143
         return int(e.code or 0) if not isinstance(e.code, str) else 1      # after a signal (ray_jobs/stopping.py)
     except KeyboardInterrupt:           # Ctrl-C before the entry point armed its own handlers
         sys.stderr.write("dateline: stopped by SIGINT before it started; the same command starts it\n")
@@ -275,7 +275,7 @@ def metrics(a: argparse.Namespace) -> int:
     from engine.outcomes import count_notes, first_per_config, interval_cell, n_cell
     from engine.progress import table
     from engine.storage import EpisodeStore
-    from ray_jobs.run import reduce_metrics
+    from ray_jobs.run.results import reduce_metrics
 
     judge, policy = a.judge, a.score_failures
     for x in a.legacy:                  # the older judge=J / score_failures=X forms
@@ -391,7 +391,7 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     from engine.judges import judge_identity
     from engine.storage import local_root
     from ray_jobs.judge import judge_endpoints
-    from ray_jobs.run import needed_cpus, run_dir
+    from ray_jobs.run.planning import needed_cpus, run_dir
 
     validate(cfg)
     b = cfg.benchmark

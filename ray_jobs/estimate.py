@@ -136,7 +136,7 @@ def pilot_config(cfg: Config, tasks: int) -> Config:
 
 def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
     """The projection from the pilot run dir (the pilot must have run)."""
-    from ray_jobs.run import plan
+    from ray_jobs.run.planning import plan
 
     bench = get_benchmark(cfg.benchmark.name)
     full, pilot = plan(cfg), plan(pilot_cfg)
@@ -182,7 +182,7 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
 
 def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label: str = "") -> Projection:
     """Run (or reuse) the pilot of one configuration, then project it; prints the table."""
-    from ray_jobs.run import run
+    from ray_jobs.run.sweep import run
 
     validate(cfg)
     pc = pilot_config(cfg, tasks)

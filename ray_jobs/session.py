@@ -1,7 +1,7 @@
 """What one driver process keeps alive across the runs it makes: the Ray connection, hosted model
 pools, the shared index and benchmark services.
 
-A sweep (``-m agent.max_searches=1,3,5,7``) runs as one job (``ray_jobs/run.py: run_sweep``)
+A sweep (``-m agent.max_searches=1,3,5,7``) runs as one job (``ray_jobs/run/sweep.py: run_sweep``)
 with one :class:`Session`: each model is started once and every point reuses it (and the
 index/services when their inputs are equal). Resources are keyed by what they are built from.
 Several pools live at once when the cluster holds them (the driver decides, in waves); a pool is

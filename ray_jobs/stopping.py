@@ -118,11 +118,11 @@ def stop_line(signum: int, tally: Tally | None) -> str:
 
 def tally(cfgs: list[Config]) -> Tally:
     """What the store holds for the planned episodes of ``cfgs`` (planned as the run planned
-    them, :func:`ray_jobs.run.plan`; the same configuration in the same run dir once)."""
+    them, :func:`ray_jobs.run.planning.plan`; the same configuration in the same run dir once)."""
     from engine.benchmarks import get_benchmark
     from engine.quarantine import collecting
     from engine.storage import EpisodeStore
-    from ray_jobs.run import plan
+    from ray_jobs.run.planning import plan
 
     out = Tally()
     seen: set[str] = set()

@@ -64,10 +64,6 @@ ALLOWED_SCCS: frozenset[frozenset[str]] = frozenset({
     # engine.protocol -> engine.config once engine.config became a package whose schema the others
     # import). Plan: S1 (quarantine moves to storage's public shard API).
     frozenset({"engine.quarantine", "engine.storage"}),
-    # run <-> stopping (what was left of the driver's circle with cli, estimate, export and
-    # provenance once CliError and the version moved below the CLI). Plan: D1 (stopping imports
-    # the planning stage, not the driver package).
-    frozenset({"ray_jobs.run", "ray_jobs.stopping"}),
 })
 
 # Rule 4: (importer, module the name is taken from, name).

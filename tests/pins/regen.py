@@ -29,7 +29,7 @@ CASES: dict[str, tuple[str, ...]] = {
 }
 
 # What the default model's engine identity takes from the machine, set explicitly. Both are part of
-# every episode id (ray_jobs/run.py engine_identity), neither of the config hash:
+# every episode id (engine/identity.py engine_identity), neither of the config hash:
 # * model.path: by default the absolute path of the model scripts/setup.sh converts into the cache
 #   (<clone>/.cache resolved, or $DATELINE_CACHE), and the identity holds that path and the folder's
 #   content fingerprint (engine/hosting/weights.py). A path that is on no machine gives

@@ -1,0 +1,385 @@
+"""The dispatch stage of ``dateline run``: one queue of episodes per model feeding one set of
+worker actors, rows handed to the background writer as they finish and to the judges once stored,
+budgets, failure caps, lost workers and replica health handled between iterations."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections import defaultdict, deque
+from dataclasses import replace
+from typing import Any
+
+import ray
+
+from engine.config import (
+    engine_batch,
+)
+from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
+from engine.errors import WorkerStartError
+from engine.hosting.events import ReplicaEvents
+from engine.progress import Progress
+from engine.storage import EpisodeStore
+from engine.writer import StoreWriter
+from ray_jobs import stopping
+from ray_jobs.budget import (
+    budget_exhausted_rows,
+)
+from ray_jobs.judge import JudgeFleet, JudgeStream
+from ray_jobs.run.planning import Point
+from ray_jobs.session import Session
+from ray_jobs.sizing import derived_workers
+
+log = logging.getLogger("dateline.run")
+
+
+def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
+    """One queue from the points' episodes, taken in turn (a1 b1 c1 a2 b2 ...): every point moves
+    at the same pace, so no point's episodes all wait at the end of the queue. Point after point,
+    the last point (in a budget sweep the costliest: Hydra lists 1,3,5,7) would start only when the
+    others were done and run its whole length as the sweep's tail; and under a GPU-hour or dollar
+    cap, whose ledger is charged the pool's uptime while its point runs (docs/design/budget.md),
+    it would pay for its wait at the end of the queue before its first episode started."""
+    out: list[EpisodeSpec] = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
+# per point: finished episodes, their steps, their model calls and the messages those refer to
+Buf = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]
+
+
+@stopping.deferring        # a signal stops the loop between iterations (ray_jobs/stopping.py)
+def dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
+    """One queue per model, feeding one set of worker actors that run every point of that model:
+    points overlap (the next point's episodes fill the slots of the last one's tail). Rows go to
+    the store writer as they finish, and to the judges once they are stored."""
+    if groups:
+        DispatchLoop(groups, session, stream).run()
+
+
+class DispatchLoop:
+    """The state one dispatch shares across its iterations: per model group its queue of episodes
+    and its workers; per point its buffered rows and counts; the episodes in flight, those stored,
+    the workers Ray is restarting, the ledgers lost; the writer, the progress line and the pools'
+    replica events. :meth:`run` is the loop; each other method is one thing that can happen in it."""
+
+    def __init__(self, groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
+        self.groups, self.session, self.stream = groups, session, stream
+        self.queues: dict[str, deque[EpisodeSpec]] = {}
+        self.workers: dict[str, list[Any]] = {}
+        self.by_key: dict[str, Point] = {}
+        for g, pts in groups.items():
+            self._start_group(g, pts)
+        by_key = self.by_key
+        self.pending: dict[Any, tuple[str, int, EpisodeSpec]] = {}
+        self.attempts: dict[str, int] = defaultdict(int)
+        self.bufs: dict[str, Buf] = defaultdict(lambda: ([], [], [], {}))
+        self.stores = {p.key: p.store for p in by_key.values()}
+        self.stats = {k: {"failures": 0, "requeued": 0, "steps": 0, "tokens_in": 0, "tokens_out": 0} for k in by_key}
+        self.progress = Progress(sum(len(q) for q in self.queues.values()),
+                                 all(p.cfg.run.progress for p in by_key.values()))
+        self.pools = {g: session.pool_of(by_key[pts[0].key].cfg.model) for g, pts in groups.items() if g != "none"}
+        self.progress.model_total = sum(len(q) for g, q in self.queues.items() if g != "none")
+        self.events = ReplicaEvents({g: [p.store for p in pts] for g, pts in groups.items()}, self.pools)
+        self.events.record_all()                     # the replicas' starts
+        self.failing: dict[str, str] = {}            # model group -> why it was stopped
+        self.stored: set[str] = set()                                     # episodes with a row from this run
+        self.busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
+        self.reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
+        self.lost_ledgers: set[str] = set()
+        # the rows go to a background writer (engine/writer.py): one shard per table per run dir per
+        # flush, across points; handing them over never waits on storage, its errors come back here
+        self.judged = {(p.store.uri, p.plan.config_hash): p.key for p in by_key.values() if p.judge}
+        self.writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()),
+                                  flush_bytes=min(p.cfg.run.flush_bytes for p in by_key.values()),
+                                  on_written=self.written if self.judged else None)
+
+    def _start_group(self, g: str, pts: list[Point]) -> None:
+        """The workers of model group ``g`` (sized for its pool) and its queue of episodes."""
+        c, m = pts[0].cfg.cluster, pts[0].cfg.model
+        pool = self.session.pool_of(m) if g != "none" else None
+        nw, inflight = derived_workers(m, len(pool.endpoints) if pool is not None else 1, c) if g != "none" \
+            else (c.num_workers, c.num_workers * c.episodes_per_worker)
+        handles: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]] = {}
+        for p in pts:
+            assert p.setup is not None      # set by prepare_generation
+            if c.concurrency == "auto":
+                # every worker may fill a replica's whole batch: the engine admits its batch and
+                # queues the rest, and the episodes in flight (batch / model_time_share) bound that
+                # queue. A bound split per worker (batch / workers) left slots idle whenever one
+                # worker's episodes were all in tool calls while another's waited for a slot.
+                p.setup = replace(p.setup, inflight_per_replica=engine_batch(m))
+            p.info["concurrency"] = {"mode": c.concurrency, "workers": nw, "episodes_in_flight": inflight,
+                                     "replicas": len(pool.endpoints) if pool is not None else 0}
+            handles[p.key] = (p.setup, p.index, p.services)
+        self.workers[g] = start_workers(None, None, nw, c.episodes_per_worker, c.worker_num_cpus,
+                                        points=handles, resources=c.worker_resources or None,
+                                        prefix=f"worker-{g[:6]}")
+        self.queues[g] = deque(interleave([[replace(s, point=p.key) for s in p.plan.todo] for p in pts]))
+        self.by_key.update({p.key: p for p in pts})
+
+    def push_endpoints(self, g: str, eps: list[Any]) -> None:
+        try:
+            ray.get([w.set_endpoints.remote(g, eps) for w in self.workers[g]], timeout=60)
+        except Exception as e:  # noqa: BLE001 - a worker that missed it re-routes on its own failures
+            log.warning("pushing endpoints of %s to its workers: %s", g[:6], e)
+
+    def stop_model(self, g: str, why: str) -> None:
+        """The model of group ``g`` cannot serve (every replica given up): its queued and in-flight
+        episodes are left not run (no row: the same command runs them once it serves), its
+        workers stop, and the run will exit non-zero with ``why``."""
+        self.failing[g] = why
+        log.error("%s; its remaining episodes are left not run", why)
+        for p in self.groups[g]:
+            self.drop(g, p.key, "", None)
+            p.info["model_failing"] = why
+        for ref in [ref for ref, (gg, _, _) in self.pending.items() if gg == g]:
+            self.pending.pop(ref)
+        for ref in [ref for ref, (gg, _) in self.reviving.items() if gg == g]:
+            self.reviving.pop(ref)
+        for w in self.workers[g]:
+            ray.kill(w)
+
+    def submit(self, g: str, w: int) -> None:
+        if self.queues[g] and (g, w) not in self.reviving.values() and not stopping.requested():
+            spec = self.queues[g].popleft()
+            self.attempts[spec.episode_id] += 1
+            self.busy[(g, w)] += 1
+            self.pending[self.workers[g][w].run.remote(spec)] = (g, w, spec)
+
+    def drop(self, g: str, point: str, why: str, status: str | None) -> None:
+        """Take a point's episodes off its queue (budget or failure cap): stored as never started."""
+        q = self.queues[g]
+        gone = [s for s in q if s.point == point]
+        self.queues[g] = deque(s for s in q if s.point != point)
+        if gone and status is not None:
+            p = self.by_key[point]
+            assert p.setup is not None
+            for row in budget_exhausted_rows(p.setup, gone, why):
+                self.bufs[point][0].append(row)
+                self.stored.add(row["episode_id"])
+                self.progress.update(row, model=g != "none")
+
+    def ledger_lost(self, g: str, w: int, p: Point, spec: EpisodeSpec, res: dict[str, Any]) -> None:
+        """An episode whose call could not ask the budget ledger (engine.budget.LedgerLost): not a
+        result, so never stored as one. While the ledger answers again (Ray restarted it), the
+        episode goes back to the front of its queue (up to cluster.max_episode_attempts); once the
+        ledger is gone for good, it and every queued episode of the points that share the ledger
+        are left unstarted (no row: the same command runs them)."""
+        st = self.stats[p.key]
+        st["tokens_in"] += res.get("tokens_in", 0)        # what its attempt spent still counts
+        st["tokens_out"] += res.get("tokens_out", 0)
+        budget = p.budget
+        gone = budget is not None and (budget.run_id in self.lost_ledgers or not budget.alive())
+        if not gone and self.attempts[spec.episode_id] < p.cfg.cluster.max_episode_attempts:
+            log.warning("episode %s: %s; requeued (attempt %d of %d)", spec.episode_id, res["ledger_lost"],
+                        self.attempts[spec.episode_id] + 1, p.cfg.cluster.max_episode_attempts)
+            self.queues[g].appendleft(spec)
+            st["requeued"] += 1
+        elif not gone:
+            log.error("episode %s left unstarted: %s on each of its %d attempts", spec.episode_id,
+                      res["ledger_lost"], self.attempts[spec.episode_id])
+            p.info["budget_lost"] = res["ledger_lost"]
+        else:
+            assert budget is not None
+            if budget.run_id not in self.lost_ledgers:
+                self.lost_ledgers.add(budget.run_id)
+                log.error("the budget ledger is lost (%s): the queued episodes of its points are left unstarted; "
+                          "the same command runs them", res["ledger_lost"])
+            for q in self.by_key.values():
+                if q.budget is budget:
+                    q.info["budget_lost"] = res["ledger_lost"]
+                    gq = Session.key(q.cfg.model) if q.uses_model else "none"
+                    if gq in self.queues:
+                        self.drop(gq, q.key, "", None)
+        self.submit(g, w)
+
+    def written(self, store: EpisodeStore, rows: list[dict[str, Any]]) -> None:
+        """Stored rows go to their point's judges (on the writer's thread; a hand-off)."""
+        if stopping.requested():        # a signal: judging them waits for the next run (it judges what is missing)
+            return
+        per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            if row["status"] == "ok" and (k := self.judged.get((store.uri, row["config_hash"]))) is not None:
+                per[k].append(row)
+        for k, rs in per.items():
+            self.stream.submit(k, rs)
+
+    def flush(self, final: bool = False) -> None:
+        try:
+            self.writer.check()
+            for k, (eps, steps, calls, messages) in list(self.bufs.items()):
+                if eps:
+                    self.writer.put(self.stores[k], eps, steps, calls, messages)
+                    self.bufs[k] = ([], [], [], {})
+        finally:
+            if final:                # everything written, in order, before reduce / judge read the store
+                self.writer.close()
+
+    def run(self) -> None:
+        for g, ws in self.workers.items():
+            for _ in range(self.groups[g][0].cfg.cluster.episodes_per_worker):
+                for w in range(len(ws)):
+                    self.submit(g, w)
+        last_poll = time.monotonic()
+        self.last_health = {g: time.monotonic() for g in self.pools}
+        try:
+            # on a signal: no new episode; those in flight stop with their workers below and are no
+            # result (no row: the same command runs them); the rows that finished are flushed
+            while (self.pending or self.reviving) and not stopping.requested():
+                if self.reviving:
+                    self._revive()
+                if not self.pending:
+                    time.sleep(0.2)
+                    continue
+                self._stop_spent_budgets()
+                ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0.5)
+                for ref in ready:
+                    self._collect(ref)
+                self.flush()              # a hand-off: the writer flushes by size or run.flush_interval_s
+                if time.monotonic() - last_poll >= 5.0:
+                    _poll_live(self.workers, self.progress)
+                    last_poll = time.monotonic()
+                self._check_health()
+                self.progress.note = "; ".join(n for pool in self.pools.values()
+                                               if pool is not None and (n := pool.rotation_note()))
+                self.progress.render()
+            if not stopping.requested():
+                _poll_live(self.workers, self.progress)
+        finally:
+            try:
+                self.flush(final=True)
+            finally:
+                for ws in self.workers.values():        # per sweep: the next wave hosts other models
+                    for w in ws:
+                        ray.kill(w)
+        stopping.check()
+        self._record()
+
+    def _revive(self) -> None:
+        """Workers Ray restarted that answer again get their routes and their share of episodes."""
+        answered, _ = ray.wait(list(self.reviving), num_returns=len(self.reviving), timeout=0)
+        for ref in answered:
+            g, w = self.reviving.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - still restarting: ask again
+                if "error raised in its creation task" in str(e):
+                    raise WorkerStartError(f"episode worker {w} cannot start (its constructor failed; "
+                                           f"a restart would fail the same way): {e}") from e
+                self.reviving[self.workers[g][w].ping.remote()] = (g, w)
+                continue
+            if (pool := self.pools.get(g)) is not None:          # the restarted actor's routes
+                self.workers[g][w].set_endpoints.remote(g, pool.endpoints)
+            for _ in range(self.groups[g][0].cfg.cluster.episodes_per_worker - self.busy[(g, w)]):
+                self.submit(g, w)
+
+    def _stop_spent_budgets(self) -> None:
+        for p in self.by_key.values():
+            g = Session.key(p.cfg.model) if p.uses_model else "none"
+            if p.budget is not None and any(s.point == p.key for s in self.queues[g]) and (why := p.budget.exhausted()):
+                log.warning("stopping %s: %s; in-flight episodes finish, the rest never start", p.key[:6], why)
+                self.drop(g, p.key, why, "budget")
+
+    def _collect(self, ref: Any) -> None:
+        """One finished call of a worker: its result, a lost worker, or a lost ledger."""
+        g, w, spec = self.pending.pop(ref)
+        self.busy[(g, w)] -= 1
+        p = self.by_key[spec.point]
+        assert p.setup is not None
+        try:
+            res = ray.get(ref)
+        except WORKER_LOST as e:
+            lost = self._worker_lost(g, w, p, spec, e)
+            if lost is None:
+                return
+            res = lost
+        if "ledger_lost" in res:
+            self.ledger_lost(g, w, p, spec, res)
+            return
+        self._take(g, p, res)
+        self.submit(g, w)
+
+    def _worker_lost(self, g: str, w: int, p: Point, spec: EpisodeSpec, e: BaseException) -> dict[str, Any] | None:
+        """The worker died with the episode in flight (process or node lost): Ray restarts the
+        actor; the episode goes back to the front of its queue (None), and only a result ever
+        reaches the store, so it is stored exactly once; after its last attempt, an error row."""
+        c = p.cfg.cluster
+        assert p.setup is not None
+        if (g, w) not in self.reviving.values():  # no new episode for it until it answers again
+            self.reviving[self.workers[g][w].ping.remote()] = (g, w)
+        if self.attempts[spec.episode_id] < c.max_episode_attempts:
+            log.warning("worker %d lost episode %s (%s): requeued (attempt %d of %d)", w,
+                        spec.episode_id, type(e).__name__, self.attempts[spec.episode_id] + 1,
+                        c.max_episode_attempts)
+            self.queues[g].appendleft(spec)
+            self.stats[p.key]["requeued"] += 1
+            for other in range(len(self.workers[g])):     # a live worker with room takes it now
+                if self.busy[(g, other)] < c.episodes_per_worker:
+                    self.submit(g, other)
+            return None
+        return {"episode": unstarted_row(p.setup, spec, "error", f"{type(e).__name__}: worker lost "
+                                         f"{self.attempts[spec.episode_id]} times: {e}"), "steps": []}
+
+    def _take(self, g: str, p: Point, res: dict[str, Any]) -> None:
+        """A result: its rows buffered for the writer, its counts, and the failure cap."""
+        row = res["episode"]
+        self.stored.add(row["episode_id"])
+        buf = self.bufs[p.key]
+        buf[0].append(row)
+        buf[1].extend(res["steps"])
+        buf[2].extend(res.get("calls", ()))
+        buf[3].update(res.get("messages", {}))
+        self.progress.update(row, model=g != "none")
+        st = self.stats[p.key]
+        st["steps"] += row["n_steps"]
+        st["tokens_in"] += row["tokens_in"]
+        st["tokens_out"] += row["tokens_out"]
+        st["failures"] += row["status"] == "error"          # a budget stop is not a failure
+        mf = p.cfg.run.max_failures
+        if mf and st["failures"] >= mf and any(s.point == p.key for s in self.queues[g]):
+            log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",
+                      st["failures"], p.key[:6])
+            p.info["stopped_at_max_failures"] = mf
+            self.drop(g, p.key, "", None)
+
+    def _check_health(self) -> None:
+        for g, pool in self.pools.items():
+            m = self.by_key[self.groups[g][0].key].cfg.model
+            if pool is not None and g not in self.failing and time.monotonic() - self.last_health[g] >= m.health_check_s:
+                # a replica moved or left rotation: workers route by the new endpoints, pushed
+                # before any restart is sent (a call the restart cuts off is then the pool's)
+                pool.check(push=functools.partial(self.push_endpoints, g))
+                self.events.record(pool)
+                self.last_health[g] = time.monotonic()
+                if pool.failing:
+                    self.stop_model(g, pool.failing)
+
+    def _record(self) -> None:
+        """What each point's run info says about this dispatch."""
+        for k, st in self.stats.items():
+            p = self.by_key[k]
+            pool = self.pools.get(Session.key(p.cfg.model)) if p.uses_model else None
+            if p.info.get("budget_lost"):       # planned, but neither run nor stored: the same command runs them
+                p.info["unstarted"] = sum(1 for s in p.plan.todo if s.episode_id not in self.stored)
+            if p.info.get("model_failing"):     # left not run: the same command runs them
+                p.info["not_run"] = sum(1 for s in p.plan.todo if s.episode_id not in self.stored)
+            if pool is not None:
+                self.events.record(pool)
+                p.info["replica_restart_causes"] = dict(pool.restart_causes)
+            p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
+                          failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
+                          tokens_out=st["tokens_out"])
+            p.info["index_stats"] = ray.get(p.index.get_stats.remote()) if p.index is not None else None
+            p.info["service_stats"] = {k: ray.get(h.get_stats.remote()) for k, h in p.services.items()}
+
+
+def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:
+    try:
+        lives = ray.get([w.live.remote() for ws in workers.values() for w in ws], timeout=10)
+    except Exception:  # progress is best effort (a worker may be restarting)
+        return
+    progress.set_live(*(sum(x[k] for x in lives) for k in ("steps", "tokens_in", "tokens_out")))

@@ -1,0 +1,49 @@
+"""``dateline run`` / ``python -m ray_jobs.run``: Hydra composes every point of a sweep first, then
+the sweep runs as one job; SIGINT and SIGTERM stop it cleanly."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from engine.config import (
+    Config,
+)
+from ray_jobs import stopping
+from ray_jobs.run.results import exit_code
+from ray_jobs.run.sweep import run_sweep
+
+log = logging.getLogger("dateline.run")
+
+
+def hydra_entry() -> None:
+    """``dateline run``: Hydra composes every point of a sweep (``-m``) first, then the sweep runs
+    as one job (:func:`run_sweep`), so a typo in any point fails before anything starts."""
+    from ray_jobs.configs import config_help, hydra_main
+
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):        # dateline's help, not Hydra's
+        sys.stdout.write(config_help("config", [a for a in sys.argv[1:] if a not in ("-h", "--help")], "dateline run"))
+        return
+    cfgs: list[Config] = []
+    infos: list[dict[str, Any]] = []
+    command = ["dateline", "run", *sys.argv[1:]]      # before Hydra adds its search paths to argv
+    # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/stopping.py)
+    stopping.arm(cfgs)
+    signum = 0
+    try:
+        hydra_main("config", lambda cfg, session: cfgs.append(cfg),
+                   after=lambda session: infos.extend(run_sweep(cfgs, session, command)))
+        stopping.over()
+    except BaseException as e:
+        if not (signum := stopping.stopped_by(e)):
+            raise
+        if isinstance(e, Exception):        # what the stop tore down under a call
+            log.info("while stopping: %s: %s", type(e).__name__, str(e).strip().split("\n")[0][:300])
+    if signum:                  # outside the except: the run's frames (and what they hold) are released
+        raise SystemExit(stopping.report(signum))
+    stopping.disarm()           # the caller's handlers again (a signal after the results changes nothing)
+    code, why = exit_code(cfgs, infos)
+    if code:
+        sys.stderr.write(why + "\n")
+        raise SystemExit(code)

@@ -1,0 +1,159 @@
+"""``run_sweep``: every configuration of a sweep as one job, its stages in the order they run:
+plan every point (``planning.py``), host the models and run the episodes in waves
+(``waves.py``, ``dispatch_loop.py``; judging streamed as rows are stored: ``judging.py``), then
+record provenance, reduce metrics and report (``results.py``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from engine import metric_table
+from engine.config import (
+    Config,
+    to_plain,
+)
+from ray_jobs import provenance
+from ray_jobs.budget import SweepLedger, check_sweep_budgets, sweep_ledger
+from ray_jobs.run.planning import Point, open_point, plan_point, run_dir
+from ray_jobs.run.results import failure_summary, failures, summary
+from ray_jobs.run.waves import run_waves
+from ray_jobs.session import Session
+
+log = logging.getLogger("dateline.run")
+
+
+def run_sweep(cfgs: list[Config], session: Session | None = None,
+              command: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every configuration of a sweep as one job: all points planned up front, one queue of
+    episodes per model feeding one set of workers, the models that fit hosted at once (waves,
+    largest first, when they do not), judging streamed as episodes finish, metrics reduced once
+    at the end. Returns each configuration's run info (in ``cfgs`` order). ``command``: the
+    command line, for the provenance every run dir records (ray_jobs/provenance.py; default
+    ``sys.argv``)."""
+    from contextlib import ExitStack
+
+    from engine.runlock import RunDirLock
+
+    with ExitStack() as locks:
+        # one writer per run dir: a second driver on any of them stops here, naming the holder
+        for d in sorted({str(run_dir(c)) for c in cfgs}):
+            locks.enter_context(RunDirLock(d, "dateline run"))
+        return _run_sweep(cfgs, session, command)
+
+
+def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[str] | None = None
+               ) -> list[dict[str, Any]]:
+    own = session is None
+    session = session or Session()
+    t0 = time.time()
+    points, order, ledger = _plan_sweep(cfgs)                              # planning.py
+    work = [p for p in points.values() if p.generate or p.judge]
+    models = {Session.key(m): m for p in points.values()
+              for m in (p.cfg.model, p.cfg.judge.hosted_model) if m is not None}
+    try:
+        if work:
+            run_waves(work, models, session, ledger)                       # waves.py -> dispatch_loop.py
+    finally:
+        if own:
+            session.close()
+    _record_ledger(points, ledger)
+    prov = _write_provenance(points, cfgs, command, t0)
+    reduced = _reduce(points)                                              # results.py
+    for p in points.values():
+        _report(p, reduced[str(p.plan.run_dir)], prov, t0, session)
+    return [points[k].info for k in order]
+
+
+def _plan_sweep(cfgs: list[Config]) -> tuple[dict[str, Point], list[str], SweepLedger | None]:
+    """Every point planned up front (the same configuration twice runs once), and the sweep's
+    ledger when its points share one (``run.budget.scope=sweep``)."""
+    check_sweep_budgets(cfgs)          # one ledger for the sweep: its points agree on it, before anything starts
+    points: dict[str, Point] = {}
+    order: list[str] = []
+    for cfg in cfgs:
+        pt = plan_point(cfg)
+        order.append(pt.key)
+        points.setdefault(pt.key, pt)        # the same configuration twice runs once
+    ledger = sweep_ledger([(p.cfg, p.store, p.plan.config_hash) for p in points.values()])
+    closed = ledger.exhausted_before_start() if ledger is not None else None
+    for p in points.values():
+        mine = ledger is not None and p.plan.config_hash in ledger.hashes
+        p.ledger = ledger if mine else None
+        open_point(p, closed if mine else None)
+    return points, order, ledger
+
+
+def _record_ledger(points: dict[str, Point], ledger: SweepLedger | None) -> None:
+    if ledger is not None and ledger.final is not None:
+        # every point of the sweep's ledger records it (its run_id supersedes the live snapshot)
+        for p in points.values():
+            if p.ledger is ledger:
+                p.info["budget"] = ledger.record(ledger.final, p.plan.config_hash)
+
+
+def _write_provenance(points: dict[str, Point], cfgs: list[Config], command: Sequence[str] | None,
+                      t0: float) -> dict[str, Any]:
+    """What made these numbers (versions, command, hardware, times): once, into every run dir."""
+    prov = provenance.collect(cfgs, command, t0, time.time())
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for d, p in {str(p.plan.run_dir): p for p in points.values()}.items():
+        p.store.write_json(f"provenance-{stamp}.json", prov | {"configs": [
+            {"config_hash": q.plan.config_hash, "benchmark": q.bench.name, "model": q.cfg.model.name}
+            for q in points.values() if str(q.plan.run_dir) == d]})
+    return prov
+
+
+def _reduce(points: dict[str, Point]) -> dict[str, list[dict[str, Any]]]:
+    """Metrics once per run dir, of every benchmark in it (the default view, stored as the cache
+    every reader checks against the store: engine/metric_table.py), and its tables."""
+    reduced: dict[str, list[dict[str, Any]]] = {}
+    for p in points.values():
+        k = str(p.plan.run_dir)
+        if k not in reduced:
+            if p.cfg.run.compact:
+                p.store.compact()
+            reduced[k] = metric_table.refresh(p.store)
+            names = sorted({r["benchmark"] for r in reduced[k]})
+            p.store.write_text("metrics/tables.md", metric_table.tables_markdown(reduced[k], names))
+    return reduced
+
+
+def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: float, session: Session) -> None:
+    """A point's run info written (``run-*.json``) and its summary printed (results on stdout)."""
+    info = p.info
+    info["wall_s"] = time.time() - t0
+    info.setdefault("model_starts_in_session", session.model_starts)
+    info["config_hash"] = p.plan.config_hash
+    info["model"] = to_plain(p.cfg.model)
+    info["judge_config"] = to_plain(p.cfg.judge)
+    info.setdefault("replica_seconds_run", 0.0)
+    info["failures"] = failures(p)
+    info["provenance"] = prov
+    p.store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.plan.config_hash[:6]}.json", info)
+    model = p.cfg.model.name if p.uses_model else "none"
+    out = sys.stdout                     # results on stdout, logs on stderr
+    out.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
+    out.write(summary(reduced, p.plan.config_hash) + "\n")
+    for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
+        out.write(f"**{w}**\n")
+    f = info["failures"]
+    if f["kinds"] or f["not_run"] or f["set_aside"]:
+        out.write(failure_summary(f) + "\n")
+    elif f["replicas"]:                  # every episode scored, through replica restarts
+        out.write("replicas: " + "; ".join(f"{k} x{n}" for k, n in f["replicas"].items()) + "\n")
+    if info.get("budget_lost"):
+        out.write(f"BUDGET LEDGER LOST ({info['budget_lost'][:200]}): {info.get('unstarted', 0)} planned episodes "
+                  "left unstarted, none stored as a result; the same command runs them\n")
+    out.write(f"wall time {info['wall_s']:.1f} s ({info['episodes_skipped']} episodes reused, "
+              f"{info.get('episodes_planned', 0)} run; model starts this session: {session.model_starts})\n")
+    out.flush()
+
+
+def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
+    """One run: generate what is missing, judge what is missing, reduce metrics. Pass a
+    ``session`` to share Ray, models, index and services with other runs."""
+    return run_sweep([cfg], session)[0]
