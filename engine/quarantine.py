@@ -15,10 +15,10 @@ is the benchmark's ``on_bad_rows``:
 Nothing is dropped silently: each load logs how many rows it skipped, by kind, and the driver
 (``ray_jobs.run.make_point``) collects the rows skipped while it loads the tasks
 (:func:`collecting`) and writes them to ``RUN_DIR/quarantine/part-<id>.parquet``
-(:func:`write_quarantine`): file, row, field, kind, reason and the first 200 characters of the
+(``engine.storage.write_quarantine``): file, row, field, kind, reason and the first 200 characters of the
 raw row. ``docs/design/data.md`` lists the kinds per loader.
 
-The run's store writer sets rows aside here too (:data:`WRITER_KINDS`, ``engine/storage.py``):
+The run's store writer sets rows aside here too (:data:`WRITER_KINDS`, ``engine/storage/shards.py``):
 a row Arrow cannot encode even after its text is escaped. Such a row also names its
 ``episode_id`` and keeps its whole ``content`` (JSON, ASCII-escaped: nothing is lost).
 """
@@ -35,16 +35,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import DataError
 from engine.fdtree import escape_text
-
-if TYPE_CHECKING:
-    from engine.storage import _ShardedDir
 
 log = logging.getLogger("dateline.quarantine")
 
@@ -199,36 +196,10 @@ def quarantine_table(rows: Sequence[BadRow]) -> pa.Table:
                                  for r in rows], schema=SCHEMA)
 
 
-def _part_name(rows: Sequence[BadRow]) -> str:
+def part_name(rows: Sequence[BadRow]) -> str:
     # named after the content: a re-run that skips the same rows rewrites the same part
     digest = hashlib.sha256(json.dumps([asdict(r) for r in rows], sort_keys=True).encode()).hexdigest()
     return f"part-{digest[:16]}.parquet"
-
-
-def write_quarantine(store: _ShardedDir, rows: Sequence[BadRow]) -> Path | str | None:
-    """Write ``rows`` as ``quarantine/part-<id>.parquet`` of ``store`` (an ``EpisodeStore`` or
-    any store with the atomic shard writer) and log the count; nothing when there are none."""
-    if not rows:
-        return None
-    if store.local:      # the writer moves a staged shard into place; a local folder must exist
-        Path(store._path("quarantine")).mkdir(parents=True, exist_ok=True)
-    path = store._write(quarantine_table(rows), "quarantine", _part_name(rows))
-    log.warning("%d bad rows skipped, see %s/quarantine (%s)", len(rows), store.uri,
-                ", ".join(f"{k} {n}" for k, n in sorted(Counter(r.kind for r in rows).items())))
-    return path
-
-
-def read_quarantine(store: _ShardedDir) -> pa.Table:
-    """Every quarantined row of a store (all parts)."""
-    return store._read("quarantine", SCHEMA)
-
-
-def set_aside_episodes(store: _ShardedDir) -> dict[str, str]:
-    """``{episode_id: reason}`` of the episodes rows the store writer set aside: episodes that
-    ran but whose result is nowhere else in the run dir (a re-run that stores one runs it again)."""
-    t = read_quarantine(store).select(["file", "kind", "episode_id", "reason"]).to_pylist()
-    return {r["episode_id"]: r["reason"] for r in t if r["kind"] in WRITER_KINDS and r["episode_id"]
-            and str(r["file"]).rsplit("/", 1)[-1] == "episodes"}
 
 
 def write_quarantine_file(path: Path, rows: Sequence[BadRow]) -> Path | None:

@@ -33,7 +33,7 @@ silently (the episodes not written run again on the same command: only stored ro
 
 A row's content is not an error of the writer: text no UTF-8 file can hold is stored escaped,
 and a row Arrow still cannot encode is set aside in ``RUN_DIR/quarantine`` by
-``EpisodeStore.write_batch`` (``engine/storage.py``) while the rest of the flush lands. Such an
+``EpisodeStore.write_batch`` (``engine/storage/episodes.py``) while the rest of the flush lands. Such an
 episode is not stored: it is not handed to ``on_written`` (its judges) and is counted in
 ``stats.set_aside``, not ``stats.episodes``.
 """

@@ -444,7 +444,7 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
         req1 = s3_requests(a.endpoint)
         rss_mb = peak_rss_mb()
         check = EpisodeStore(uri, BENCHMARK.episode_fields)
-        n_j = check._read("judgements", JUDGEMENT_SCHEMA, ["episode_id"]).num_rows
+        n_j = check.read("judgements", JUDGEMENT_SCHEMA, ["episode_id"]).num_rows
         j_shards = len(check._files("judgements"))
         ok = sum(s["ok"] for s in stats)
         failed = sum(s["failed"] for s in stats)

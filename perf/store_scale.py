@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.benchmarks.newsagent import BENCHMARK  # noqa: E402
-from engine.storage import EPISODE_FIELDS, EpisodeStore, _conform  # noqa: E402
+from engine.storage import EPISODE_FIELDS, EpisodeStore, conform  # noqa: E402
 
 
 # -- the pre-issue-11 reader, verbatim in behaviour ----------------------------------------------
@@ -37,7 +37,7 @@ def old_read(root: Path, sub: str, schema: pa.Schema) -> pa.Table:
     files = sorted((root / sub).glob("part-*.parquet"))
     if not files:
         return schema.empty_table()
-    return pa.concat_tables([_conform(pq.read_table(f), schema) for f in files])
+    return pa.concat_tables([conform(pq.read_table(f), schema) for f in files])
 
 
 def old_episodes(root: Path, schema: pa.Schema) -> pa.Table:

@@ -351,7 +351,7 @@ def show(a: argparse.Namespace) -> int:
                              error_kind(r) if r["status"] != "ok" else "")
                             for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
     sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
-    from engine.quarantine import set_aside_episodes
+    from engine.storage import set_aside_episodes
 
     have = set(t["episode_id"].to_pylist())
     if aside := {e: why for e, why in set_aside_episodes(store).items() if e not in have}:

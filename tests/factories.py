@@ -1,7 +1,7 @@
 """Episode rows for tests: one factory, so a row built by hand has every column the store and the
 metrics read, with defaults a test overrides only where it matters.
 
-``episode_row(benchmark, **overrides)`` returns the columns every episode has (engine/storage.py
+``episode_row(benchmark, **overrides)`` returns the columns every episode has (engine/storage/schema.py
 ``EPISODE_FIELDS``, but ``batch_id``, which the store sets) and the benchmark's own (its
 ``episode_fields``; newsagent's stored scores are computed from the row's ids): an ok episode
 of task ``t0`` that finished normally, with small counters.

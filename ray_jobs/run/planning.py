@@ -39,7 +39,8 @@ from engine.llm import SamplingParams
 from engine.outcomes import Planned, task_set
 from engine.paths import repo_path
 from engine.protocol import Benchmark, BenchmarkBase, dumps
-from engine.storage import EpisodeStore, is_uri
+from engine.quarantine import collecting
+from engine.storage import EpisodeStore, is_uri, write_quarantine
 from ray_jobs.budget import (
     RunBudget,
     SweepLedger,
@@ -206,8 +207,6 @@ def plan_point(cfg: Config) -> Point:
     bench = get_benchmark(cfg.benchmark.name)
     # bad data (docs/design/data.md): the rows benchmark.on_bad_rows=skip dropped while plan()
     # loaded the tasks go to RUN_DIR/quarantine/part-*.parquet, and their count is logged
-    from engine.quarantine import collecting, write_quarantine
-
     with collecting() as bad_rows:
         p = plan(cfg)
     store = EpisodeStore(p.run_dir, bench.episode_fields)

@@ -16,8 +16,7 @@ from engine.config import (
 from engine.hosting.events import causes, read_events
 from engine.judges import SELF_JUDGED, self_judged_note
 from engine.progress import table
-from engine.quarantine import set_aside_episodes
-from engine.storage import EpisodeStore
+from engine.storage import EpisodeStore, set_aside_episodes
 from ray_jobs.run.planning import Point
 
 log = logging.getLogger("dateline.run")
@@ -39,7 +38,7 @@ def failures(p: Point) -> dict[str, Any]:
             k["example"] = (r["error"] or "").splitlines()[0][:300] if r["error"] else r["status"]
             k["task"] = r["task_id"]
     errors = sum(k["count"] for k in kinds.values() if k["status"] == "error")
-    # episodes that ran but whose row the store writer could not encode (engine/storage.py): in
+    # episodes that ran but whose row the store writer could not encode (engine/storage/shards.py): in
     # RUN_DIR/quarantine only, unless a later run stored them
     aside = {e: why for e, why in set_aside_episodes(p.store).items() if e in planned}
     if aside:

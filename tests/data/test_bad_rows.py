@@ -25,7 +25,8 @@ from engine.benchmarks.livenews.data import MAX_PAGE_CHARS, load_livenewsbench, 
 from engine.benchmarks.newsagent import realtimeqa as rtqa
 from engine.benchmarks.newsagent.data import MAX_TEXT_CHARS, load_dataset
 from engine.errors import BadDataError, ConfigError, DataError
-from engine.quarantine import KINDS, SCHEMA, BadRow, Quarantine, read_quarantine
+from engine.quarantine import KINDS, SCHEMA, BadRow, Quarantine
+from engine.storage import read_quarantine
 from ray_jobs.report import read_human
 
 REPO = Path(__file__).resolve().parents[2]

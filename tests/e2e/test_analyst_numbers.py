@@ -91,7 +91,7 @@ def test_unparsed_verdicts_and_unrated_criteria_are_counted(tmp_path):
     # unemployment-brief: one criterion unrated -> no score, counted; crashes-2023: 3 x 4 / 15
     assert (m["checklist_pct"]["value"], m["checklist_pct"]["n"]) == (pytest.approx(80.0), 1)
     assert m["checklist_missing_unscored"]["value"] == 1.0 and m["criteria_unscored"]["value"] == 0.5
-    judgements = store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+    judgements = store.read("judgements", JUDGEMENT_SCHEMA).to_pylist()
     cut = [r for r in judgements if r["truncated"]]
     assert len(cut) == 1 and cut[0]["key"].startswith("criterion:") and cut[0]["value"] is None
     assert json.loads(cut[0]["evaluation"])["judge_max_tokens"] == 65535

@@ -38,7 +38,7 @@ def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
     assert "**SELF-JUDGED**" in second.stdout               # the run summary says so
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
-    rows = store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+    rows = store.read("judgements", JUDGEMENT_SCHEMA).to_pylist()
     assert {r["judge_model"] for r in rows} == {"qwen-judge", QWEN}
     assert {r["judge_kind"] for r in rows} == {"hosted", "self"}
     metrics = store.metrics().to_pylist()

@@ -49,7 +49,7 @@ def test_judge_stage(tmp_path):
     j = store.judgements(judge_id)
     assert j == {"e0": {"grade": "CORRECT"}, "e1": {"grade": "INCORRECT"}, "e2": {"grade": "NOT ATTEMPTED"},
                  "e3": {"grade": None}}
-    rows = {r["episode_id"]: r for r in store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()}
+    rows = {r["episode_id"]: r for r in store.read("judgements", JUDGEMENT_SCHEMA).to_pylist()}
     assert rows["e3"]["attempts"] == 3 and "malformed" in rows["e3"]["error"] and rows["e3"]["value"] is None
 
     m = {r["metric"]: r["value"] for r in reduce_metrics(store, "livenews")}

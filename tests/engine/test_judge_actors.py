@@ -54,7 +54,7 @@ def test_two_judge_actors_judge_every_episode_once(ray_local, tmp_path):
     assert set(judged) == {r["episode_id"] for r in rows} and stats["episodes"] == len(rows)
     assert stats["actors"] == 2 and stats["failed"] == 0
     assert stats["ok"] == asked == sum(len(v) for v in judged.values())        # each judgement asked once
-    jt = store._read("judgements", JUDGEMENT_SCHEMA)
+    jt = store.read("judgements", JUDGEMENT_SCHEMA)
     assert set(jt["config_hash"].to_pylist()) == {"ca"}
 
 

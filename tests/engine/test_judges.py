@@ -43,7 +43,7 @@ def _judged_by_two(tmp_path):
 
 def test_every_judgement_row_carries_the_judge_identity(tmp_path):
     store = _judged_by_two(tmp_path)
-    rows = store._read("judgements", JUDGEMENT_SCHEMA).to_pylist()
+    rows = store.read("judgements", JUDGEMENT_SCHEMA).to_pylist()
     assert {r["judge_model"] for r in rows} == {"strict-judge", "lenient-judge"}
     assert {r["judge_kind"] for r in rows} == {"openai_compatible"}
     assert {r["judge_prompt"] for r in rows} == {LIVE.judge_prompt_version} and LIVE.judge_prompt_version

@@ -194,7 +194,7 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
     whole = outcomes.reduce(LIVE, outcomes.config_views(store, LIVE))
     reads: list[str] = []
     tables: list[str] = []
-    judged, read = store.judged, store._read
+    judged, read = store.judged, store.read
 
     def spy(*a, **kw):
         reads.append(kw["config_hash"])
@@ -204,7 +204,7 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
         tables.append(table)
         return read(table, *a, **kw)
 
-    store.judged, store._read = spy, spy_read
+    store.judged, store.read = spy, spy_read
     assert outcomes.reduce_store(store, LIVE) == whole
     assert sorted(reads) == ["ca", "cb", "cc"]                 # once each
     assert tables.count("judgements") == 3                     # one read of the table per configuration

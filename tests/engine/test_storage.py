@@ -70,7 +70,7 @@ def test_text_no_utf8_file_can_hold_is_stored_escaped_and_every_episode_lands(tm
 
 
 def test_a_row_arrow_cannot_encode_is_set_aside_with_its_reason_and_the_rest_lands(tmp_path, caplog):
-    from engine.quarantine import read_quarantine, set_aside_episodes
+    from engine.storage import read_quarantine, set_aside_episodes
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     eps = [ep("e0"), ep("e1", n_search="three", output=NAME), ep("e2")]         # not an int32
@@ -231,7 +231,7 @@ def test_vectorised_dedup_and_pushdown_match_the_python_reference(tmp_path, seed
     import pyarrow.compute as pc
 
     store = _random_store(tmp_path, seed)
-    raw = store._read("episodes", store.schema)
+    raw = store.read("episodes", store.schema)
     ref = _old_episodes(raw)
     assert store.episodes().equals(ref)
     rows = ref.to_pylist()
@@ -251,7 +251,7 @@ def test_vectorised_dedup_and_pushdown_match_the_python_reference(tmp_path, seed
     assert store.episodes(["episode_id"], filter=pc.field("output") == "3").to_pylist() == [
         {"episode_id": r["episode_id"]} for r in rows if r["output"] == "3"]
 
-    ref_steps = _old_steps(store._read("steps", STEP_SCHEMA), ref)
+    ref_steps = _old_steps(store.read("steps", STEP_SCHEMA), ref)
     assert store.steps().equals(ref_steps)
     some = [r["episode_id"] for r in rows[::3]]
     assert store.steps(episode_ids=some).to_pylist() == [s for s in ref_steps.to_pylist() if s["episode_id"] in some]
@@ -341,7 +341,7 @@ def test_judgement_rows_projection_and_filters(tmp_path):
 def test_interrupted_judgement_compaction_changes_no_answer(tmp_path):
     store = _judged_store(tmp_path)
     before = _judge_answers(store)
-    compacted = store._read("judgements", JUDGEMENT_SCHEMA).take(store._judgements_keep(store._files("judgements")))
+    compacted = store.read("judgements", JUDGEMENT_SCHEMA).take(store._judgements_keep(store._files("judgements")))
     pq.write_table(compacted, tmp_path / "judgements" / "part-99999999999999999999-compact.parquet")
     assert _judge_answers(store) == before
 

@@ -71,7 +71,7 @@ def _uri(endpoint: str) -> str:
 
 
 def _keys(store: EpisodeStore, sub: str = "") -> list[str]:
-    sel = pafs.FileSelector(store._path(sub) if sub else store.base, recursive=True, allow_not_found=True)
+    sel = pafs.FileSelector(store.path(sub) if sub else store.base, recursive=True, allow_not_found=True)
     return sorted(i.path[len(store.base) + 1:] for i in store.fs.get_file_info(sel) if i.type == pafs.FileType.File)
 
 
@@ -137,7 +137,7 @@ def test_judgement_compaction_on_s3_changes_no_answer(s3_env, tmp_path):
     before = _judge_answers(local)
     store = EpisodeStore(_uri(s3_env), BENCHMARK.episode_fields, local_dir=tmp_path / "scratch")
     for f in sorted((tmp_path / "src" / "judgements").glob("part-*.parquet")):
-        pq.write_table(pq.read_table(f), store._path("judgements", f.name), filesystem=store.fs)
+        pq.write_table(pq.read_table(f), store.path("judgements", f.name), filesystem=store.fs)
     assert _judge_answers(store) == before
     store.compact()
     assert len(_keys(store, "judgements")) == 1 and _judge_answers(store) == before

@@ -141,7 +141,7 @@ def test_a_name_that_is_not_utf8_no_longer_loses_the_flush(tmp_path):
 def test_a_row_arrow_cannot_encode_is_set_aside_and_never_judged(tmp_path):
     """A value of the wrong type is no longer the writer's end: that row goes to
     RUN_DIR/quarantine, the rest of the flush is stored, and only stored episodes reach the judges."""
-    from engine.quarantine import set_aside_episodes
+    from engine.storage import set_aside_episodes
 
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     judged = []

@@ -240,7 +240,8 @@ def test_a_task_folder_whose_name_is_not_utf8_is_quarantined_under_skip(tmp_path
     """With on_bad_rows=skip the folder is dropped, and its quarantine row (whose file and raw
     row hold the name) is written to the run dir like any other."""
     from engine.benchmarks.analyst.data import load_tasks
-    from engine.quarantine import Quarantine, read_quarantine, write_quarantine
+    from engine.quarantine import Quarantine
+    from engine.storage import read_quarantine, write_quarantine
 
     tasks = _task(tmp_path).parent
     bad_folder = Path(os.fsdecode(os.fsencode(tasks) + b"/brief\xff"))
