@@ -59,7 +59,7 @@ class Results:
         the report read it; computed from the store (the cache ``dateline run`` wrote while it is current)."""
         import pyarrow as pa
 
-        from engine.metric_table import metric_table
+        from engine.scoring.metric_table import metric_table
         from engine.storage import METRIC_SCHEMA
 
         return pa.Table.from_pylist(metric_table(self.store), schema=METRIC_SCHEMA)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.fdtree import escape_text
+from engine.inputs.fdtree import escape_text
 
 
 class DataError(ValueError):
@@ -46,7 +46,7 @@ class CorruptShard(DataError):
 
 class BadDataError(DataError):
     """A :class:`DataError` of a known kind of bad input (``kind``: one of
-    ``engine.quarantine.KINDS``, e.g. ``missing_field``, ``bad_utf8``), so that a loader running
+    ``engine.inputs.quarantine.KINDS``, e.g. ``missing_field``, ``bad_utf8``), so that a loader running
     with ``benchmark.on_bad_rows=skip`` can quarantine the row under its kind."""
 
     def __init__(self, kind: str, path: object, row: int | None, field: str | None, message: str) -> None:

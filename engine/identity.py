@@ -12,7 +12,7 @@ A **dataset** (which configurations are compared with each other: :func:`dataset
 benchmark config without what picks tasks or rows and without the evaluation settings.
 
 A **judgement** is made under the benchmark's *evaluation settings* (:func:`evaluation_settings`),
-which are part of the judge's identity (``engine.judges.judge_identity``).
+which are part of the judge's identity (``engine.scoring.judges.judge_identity``).
 
 The benchmark config's fields fall in four kinds, and each function above says which it keeps:
 

@@ -14,7 +14,7 @@ A benchmark folder ``engine/benchmarks/<name>/`` exposes ``BENCHMARK``, an objec
 * ``uses_model(agent_cfg)``: False for model-free baselines (no replica is started),
 * ``episode_values(rows)``: per scored episode (status ok, with its judgements), the values
   whose means are its metrics; the means themselves, over the configuration's plan, are taken
-  in one place for every benchmark (:mod:`engine.outcomes`),
+  in one place for every benchmark (:mod:`engine.scoring.outcomes`),
 
 and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of them:
 
@@ -169,7 +169,7 @@ class MetricRow:
     metric: str
     value: float
     n: int
-    # the 95% interval of a mean (engine.stats.interval): lo, hi (None: no interval) and how it was
+    # the 95% interval of a mean (engine.scoring.stats.interval): lo, hi (None: no interval) and how it was
     # made (exact | bootstrap | too_few_tasks; "" for a value that is not a mean, e.g. a spread)
     lo: float | None = None
     hi: float | None = None
@@ -278,23 +278,23 @@ class BenchmarkBase:
     # What the report draws (ray_jobs/report/): metrics compared between configurations with
     # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
     # metric shown task by task.
-    # Version of the judge prompts (engine.judges.prompt_version over their text): part of the
+    # Version of the judge prompts (engine.scoring.judges.prompt_version over their text): part of the
     # judge identity, so judgements made under another prompt are never mixed with these.
     judge_prompt_version: str = ""
     primary_metrics: tuple[str, ...] = ()
     curve: tuple[str, str] | None = None
     per_task_metric: str | None = None
     # What a planned episode without a scored result counts as, per metric, under
-    # run.score_failures=as_wrong (engine/outcomes.py); unlisted metrics are over scored episodes.
+    # run.score_failures=as_wrong (engine/scoring/outcomes.py); unlisted metrics are over scored episodes.
     failure_values: dict[str, float] = {}
-    # Benchmark config fields that name data and may be Hugging Face hub ids (engine/hub.py).
+    # Benchmark config fields that name data and may be Hugging Face hub ids (engine/inputs/hub.py).
     data_paths: tuple[str, ...] = ()
     # Metrics that exist only when a judge ran (never produced from "nothing was graded").
     judge_metrics: tuple[str, ...] = ()
     # Primary metrics where less is better (the report's headline and leaderboards rank by them).
     lower_is_better: tuple[str, ...] = ()
     metric_order: tuple[str, ...] = ()
-    # Version of the agent's prompt text (engine.judges.source_version of its prompts module):
+    # Version of the agent's prompt text (engine.scoring.judges.source_version of its prompts module):
     # part of every episode id, so a prompt edit never mixes into a configuration's results.
     prompt_version: str = ""
 
@@ -337,7 +337,7 @@ class BenchmarkBase:
 
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
         """For each scored row (same order), ``{metric: value}`` for the metrics that are means of
-        per-episode values; :mod:`engine.outcomes` takes the means over the plan (failures count
+        per-episode values; :mod:`engine.scoring.outcomes` takes the means over the plan (failures count
         as ``failure_values`` under as_wrong) and the report bootstraps the same values."""
         return [{} for _ in rows]
 

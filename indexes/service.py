@@ -212,9 +212,9 @@ def start_index_service(docs: Sequence[Document] | CorpusSource, model_name: str
                                "max_restarts": -1, "max_task_retries": -1}
     if not num_gpus:
         options["runtime_env"] = {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}   # merged into the job's env_vars
-    from engine.actors import remember, unique_name
+    from engine.runtime.actors import remember, unique_name
 
-    options["name"] = unique_name("index")      # workers find it by name (engine.actors)
+    options["name"] = unique_name("index")      # workers find it by name (engine.runtime.actors)
     if isinstance(docs, CorpusSource):
         return remember(actor_cls.options(**options).remote(docs, model_name, device, batch_size, cache_dir),
                         options["name"])

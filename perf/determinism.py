@@ -44,8 +44,8 @@ async def run_once(endpoint: Any, tasks: list[Any], index: Any, agent: Any, reve
     """One run of the episodes, all in flight at once (``reverse``: started in the other order,
     ``stagger_s`` apart): per task, its action outputs, article and metric values."""
     from engine.benchmarks.newsagent import BENCHMARK
-    from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
     from engine.llm import SamplingParams
+    from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 
     setup = WorkerSetup("newsagent", "qwen", agent, "{}", [endpoint], SamplingParams(), 8, 5, 0.7)
     runner = EpisodeRunner(setup, index)

@@ -1,5 +1,5 @@
 """The driver's writes at sweep scale on S3: the old per-point synchronous flush in the dispatch
-loop vs the background writer (engine/writer.py), side by side in one run.
+loop vs the background writer (engine/runtime/writer.py), side by side in one run.
 
     python perf/driver_scale.py                       # 32 points, 20,000 episodes
     python perf/driver_scale.py --episodes 100000     # the 100k case
@@ -207,8 +207,8 @@ def hand_off(writer: Any, stores: list[Any], bufs: Buffers) -> None:
 # -- one side (a child process) ------------------------------------------------------------------------------
 def run_side(a: argparse.Namespace) -> dict[str, Any]:
     from engine.benchmarks.analyst import BENCHMARK
+    from engine.runtime.writer import StoreWriter
     from engine.storage import EpisodeStore
-    from engine.writer import StoreWriter
 
     uri = f"s3://{BUCKET}/{a.prefix}?endpoint_override={a.endpoint}&scheme=http"
     gen = Episodes(a.points)
@@ -378,8 +378,8 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
 
     from engine.benchmarks.analyst import BENCHMARK
     from engine.llm import Endpoint
+    from engine.runtime.writer import StoreWriter
     from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-    from engine.writer import StoreWriter
     from ray_jobs.configs import compose
     from ray_jobs.judge import JudgeFleet
 

@@ -5,7 +5,7 @@ do with the same requests.
     python perf/engine_ceiling.py --tasks 4 --max-operations 3         # quick
 
 1. **agent**: newsagent episodes (``--tasks``, all at once, ``--inflight`` requests in flight,
-   as a run does: :class:`engine.dispatch.EpisodeRunner`, MiniLM + FAISS index in process)
+   as a run does: :class:`engine.runtime.dispatch.EpisodeRunner`, MiniLM + FAISS index in process)
    against a vLLM server on this machine serving the offline model (``conf/model/local_cpu.yaml``,
    with the engine settings a replica gets on this machine). Every request is recorded as sent (body, and when
    it was sent and answered: ``ChatClient.on_call``).
@@ -59,7 +59,7 @@ def model_config() -> Any:
 def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     from engine.benchmarks import get_benchmark
     from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
-    from engine.dispatch import EpisodeSpec
+    from engine.runtime.dispatch import EpisodeSpec
 
     bench = get_benchmark("newsagent")
     agent = NewsagentAgentConfig(max_operations=a.max_operations, rephrase=a.rephrase)
@@ -72,10 +72,10 @@ def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
 async def agent_side(a: argparse.Namespace, m: Any, base_url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run the episodes; returns their rows and the recorded requests."""
     from engine.config import IndexConfig, to_plain
-    from engine.dispatch import EpisodeRunner, WorkerSetup, agent_json
     from engine.hosting.prepare_model import cache_dir
     from engine.llm import Endpoint, SamplingParams
     from engine.protocol import dumps
+    from engine.runtime.dispatch import EpisodeRunner, WorkerSetup, agent_json
     from indexes.service import IndexService
 
     cfg, docs, specs = build(a)

@@ -19,7 +19,7 @@ livenews searches the question, clicks the first result and finishes (3 model st
 and 1 visit on the offline web). Episodes are the bundled sample tasks repeated (seed = episode
 number). The same episodes run
 
-* ``inprocess``: one :class:`engine.dispatch.EpisodeRunner` in this process (no Ray) with C
+* ``inprocess``: one :class:`engine.runtime.dispatch.EpisodeRunner` in this process (no Ray) with C
   asyncio lanes; the index is the index actor's own class (:class:`indexes.service.IndexService`:
   request batching, MiniLM + FAISS in a thread) built in-process, the web a ``LocalService``;
 * ``ray``: ``start_workers`` worker actors (``--workers``, episodes_per_worker = C / workers),
@@ -127,9 +127,9 @@ def load_bench(name: str) -> Bench:
 
 def make_setup(b: Bench, base_url: str, inflight: int) -> Any:
     from engine.config import IndexConfig, to_plain
-    from engine.dispatch import WorkerSetup, agent_json
     from engine.llm import Endpoint, SamplingParams
     from engine.protocol import dumps
+    from engine.runtime.dispatch import WorkerSetup, agent_json
 
     ic = IndexConfig()
     return WorkerSetup(benchmark=b.name, model_name="fake", agent=b.cfg.agent, agent_json=agent_json(b.cfg.agent),
@@ -139,7 +139,7 @@ def make_setup(b: Bench, base_url: str, inflight: int) -> Any:
 
 
 def make_specs(b: Bench, prefix: str, n: int) -> list[Any]:
-    from engine.dispatch import EpisodeSpec
+    from engine.runtime.dispatch import EpisodeSpec
 
     return [EpisodeSpec(f"{prefix}-{i:08d}", "headroom", b.tasks[i % len(b.tasks)],
                         b.tasks[i % len(b.tasks)].task_id, i) for i in range(n)]
@@ -300,8 +300,8 @@ def cached_index_service() -> type:
 
 def run_inprocess(b: Bench, server: FakeServer, levels: list[int], a: argparse.Namespace,
                   store_dir: Path, embcache: bool = False) -> list[Result]:
-    from engine.dispatch import EpisodeRunner
-    from engine.services import build_local
+    from engine.runtime.dispatch import EpisodeRunner
+    from engine.runtime.services import build_local
     from engine.storage import EpisodeStore
     from indexes.service import IndexService
 
@@ -364,8 +364,8 @@ def run_ray(b: Bench, server: FakeServer, levels: list[int], a: argparse.Namespa
             embcache: bool = False) -> list[Result]:
     import ray
 
-    from engine.dispatch import start_workers
-    from engine.services import start_actor
+    from engine.runtime.dispatch import start_workers
+    from engine.runtime.services import start_actor
     from engine.storage import EpisodeStore
     from indexes.service import start_index_service
 

@@ -1,6 +1,6 @@
 """The reduce at scale: the whole-store reduce (every episode and judgement of the run dir in
 Python at once, as ``reduce_metrics`` did) vs the per-configuration reduce
-(``engine.outcomes.reduce_store``), side by side on one run dir, each in a child process of its
+(``engine.scoring.outcomes.reduce_store``), side by side on one run dir, each in a child process of its
 own (so each peak RSS is its own).
 
     python perf/reduce_scale.py                         # 20,000 analyst episodes, 32 configurations
@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 
 def build(run_dir: Path, episodes: int, points: int) -> dict[str, Any]:
     from engine.benchmarks.analyst import BENCHMARK
+    from engine.runtime.writer import StoreWriter
     from engine.storage import EpisodeStore
-    from engine.writer import StoreWriter
     from perf.driver_scale import Episodes, judge_tasks
 
     tasks = judge_tasks(run_dir.parent / "tasks", 16, 15)
@@ -72,8 +72,8 @@ def build(run_dir: Path, episodes: int, points: int) -> dict[str, Any]:
 
 
 def side(run_dir: Path, how: str) -> dict[str, Any]:
-    from engine import outcomes
     from engine.benchmarks import get_benchmark
+    from engine.scoring import outcomes
     from engine.storage import EpisodeStore
     from perf.driver_scale import peak_rss_mb
 

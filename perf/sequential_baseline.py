@@ -16,7 +16,7 @@ the batch), at most ``--max-batch`` requests decoding at once (vLLM ``max_num_se
 ``conf/model/local_cpu.yaml``). Replies are about as long as a small model's (actions ~60
 tokens, the rephrased article ~150-250). ``--scale`` divides every latency for quick runs.
 
-Both sides run the same code in this process: :class:`engine.dispatch.EpisodeRunner` with the
+Both sides run the same code in this process: :class:`engine.runtime.dispatch.EpisodeRunner` with the
 in-process index (:class:`indexes.service.IndexService`: MiniLM + FAISS over the sample corpus).
 
 * **sequential**: ``for spec in specs: await runner.run(spec)``: one episode, one request at a time.
@@ -54,7 +54,7 @@ SPEEDUP_GOAL = 5.0
 def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     from engine.benchmarks import get_benchmark
     from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
-    from engine.dispatch import EpisodeSpec
+    from engine.runtime.dispatch import EpisodeSpec
 
     bench = get_benchmark("newsagent")
     cfg = SimpleNamespace(benchmark=NewsagentBenchmarkConfig(limit=a.tasks), agent=NewsagentAgentConfig())
@@ -65,9 +65,9 @@ def build(a: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
 
 def make_runner(cfg: Any, base_url: str, inflight: int, index: Any) -> Any:
     from engine.config import IndexConfig, to_plain
-    from engine.dispatch import EpisodeRunner, WorkerSetup, agent_json
     from engine.llm import Endpoint, SamplingParams
     from engine.protocol import dumps
+    from engine.runtime.dispatch import EpisodeRunner, WorkerSetup, agent_json
 
     ic = IndexConfig()
     setup = WorkerSetup(benchmark="newsagent", model_name="fake", agent=cfg.agent, agent_json=agent_json(cfg.agent),

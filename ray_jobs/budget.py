@@ -1,7 +1,7 @@
 """The driver's side of a run budget (``run.budget.*``, docs/design/budget.md): what a
 configuration (or the points of a sweep) already spent in its run dir, the budget actor every
 worker's calls reserve from, the rows of episodes the budget stopped, and the judge stage's gate.
-The ledger itself is plain Python (``engine/budget.py``).
+The ledger itself is plain Python (``engine/budget/ledger.py``).
 
 A ledger has a scope (``run.budget.scope``): ``point``, one per configuration; ``sweep`` (the
 default), one for all points of a sweep that use a model (:class:`SweepLedger`), so one cap holds
@@ -22,10 +22,10 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.budget import Budget, BudgetGate, Caps, Spend
+from engine.budget.cost import Prices, judge_prices, token_cost, unit_hours, uptime_cost
 from engine.config import Config, ModelConfig, to_plain
-from engine.cost import Prices, judge_prices, token_cost, unit_hours, uptime_cost
-from engine.dispatch import BUDGET_EXHAUSTED, LIVE_PREFIX, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.errors import ConfigError
+from engine.runtime.dispatch import BUDGET_EXHAUSTED, LIVE_PREFIX, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.storage import EpisodeStore
 from ray_jobs.session import Session
 
@@ -247,7 +247,7 @@ def start_budget(cfg: Config, config_hash: str, store: EpisodeStore, session: Se
     caps = Caps.of(cfg.run.budget)
     if not caps.any or not get_benchmark(cfg.benchmark.name).uses_model(cfg.agent):
         return None
-    from engine.dispatch import start_budget_actor
+    from engine.runtime.dispatch import start_budget_actor
 
     m = cfg.model
     prices = Prices.of_model(to_plain(m))
@@ -337,7 +337,7 @@ class SweepLedger:
     def start(self, session: Session, already_up: set[int], generating: list[Config]) -> RunBudget:
         """The ledger's actor, charged the uptime of the models of ``generating`` (the points that
         run episodes) from now on (from their start for a pool started after ``already_up``)."""
-        from engine.dispatch import start_budget_actor
+        from engine.runtime.dispatch import start_budget_actor
 
         models = [cfg.model for cfg, _, _ in self.members]
         _warn_unpriced(self.caps, list({Session.key(m): m for m in models}.values()))

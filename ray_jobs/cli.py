@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:        # dateline's own errors say what to fix in one line
         from engine.errors import ConfigError, DataError
-        from engine.runlock import RunDirLocked
+        from engine.runtime.runlock import RunDirLocked
 
         if isinstance(e, (ConfigError, DataError, RunDirLocked)):
             sys.stderr.write(f"dateline {a.command}: {type(e).__name__}: {e}\n")
@@ -271,9 +271,9 @@ def metrics(a: argparse.Namespace) -> int:
     """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: compute and print
     a run's metrics table under these flags (nothing is written)."""
     from engine.benchmarks import get_benchmark
-    from engine.judges import SELF_JUDGED
-    from engine.outcomes import count_notes, first_per_config, interval_cell, n_cell
-    from engine.progress import table
+    from engine.runtime.progress import table
+    from engine.scoring.judges import SELF_JUDGED
+    from engine.scoring.outcomes import count_notes, first_per_config, interval_cell, n_cell
     from engine.storage import EpisodeStore
     from ray_jobs.run.results import reduce_metrics
 
@@ -289,7 +289,7 @@ def metrics(a: argparse.Namespace) -> int:
     _require_run_dir(a.run_dir)
     bench = get_benchmark(a.benchmark)
     store = EpisodeStore(a.run_dir, bench.episode_fields)
-    # computed, printed, never stored: the flags change this output only (engine/metric_table.py)
+    # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
     rows = reduce_metrics(store, a.benchmark, judge, policy)
     mine = [r for r in rows if r.get("scope") == "all"]
     sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
@@ -310,7 +310,7 @@ def metrics(a: argparse.Namespace) -> int:
 def show(a: argparse.Namespace) -> int:
     """``dateline show RUN_DIR [EPISODE]``: the episodes, or one episode's transcript."""
     from engine.benchmarks import get_benchmark
-    from engine.progress import table
+    from engine.runtime.progress import table
     from engine.storage import EpisodeStore
     from ray_jobs.report import episodes as ev
 
@@ -342,7 +342,7 @@ def show(a: argparse.Namespace) -> int:
                         "tokens_in", "tokens_out", "error"])
     rows = [r for r in t.to_pylist() if (not a.status or r["status"] == a.status)
             and (not a.config or str(r["config_hash"]).startswith(a.config))]
-    from engine.outcomes import error_kind
+    from engine.scoring.outcomes import error_kind
 
     sys.stdout.write(table(["episode", "config", "model", "task", "seed", "status", "finish", "steps", "tokens",
                             "error kind"],
@@ -366,7 +366,7 @@ def show(a: argparse.Namespace) -> int:
 
 def repair(root: str, dry: bool) -> int:
     """``dateline repair RUN_DIR [--dry-run]``: move every shard that cannot be read aside."""
-    from engine.runlock import RunDirLock
+    from engine.runtime.runlock import RunDirLock
     from engine.storage import EpisodeStore, PairwiseStore, is_run_dir
 
     pairwise = is_run_dir(root, "comparisons")
@@ -388,7 +388,7 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     from engine.benchmarks import get_benchmark
     from engine.benchmarks.analyst import checklists
     from engine.config import to_plain, validate
-    from engine.judges import judge_identity
+    from engine.scoring.judges import judge_identity
     from engine.storage import local_root
     from ray_jobs.judge import judge_endpoints
     from ray_jobs.run.planning import needed_cpus, run_dir
@@ -421,11 +421,11 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
 
 def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
     """Print every table the benchmarks of a run directory define, in the default view (each
-    plan's failure policy, every judge: engine/metric_table.py; the cache ``dateline run`` wrote
+    plan's failure policy, every judge: engine/scoring/metric_table.py; the cache ``dateline run`` wrote
     while it is current, else recomputed): one set per judge, compared configurations on the
     tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked.
     It writes nothing (``dateline run`` writes ``metrics/tables.md``)."""
-    from engine.metric_table import metric_table, store_benchmarks, tables_markdown
+    from engine.scoring.metric_table import metric_table, store_benchmarks, tables_markdown
     from engine.storage import EpisodeStore
 
     _require_run_dir(run_dir)

@@ -112,7 +112,7 @@ def _compose_uncached(config_name: str, overrides: Sequence[str]) -> Any:
 def compose(overrides: Sequence[str] = ()) -> Config:
     """The run config, as ``dateline run`` composes it (validated)."""
     from engine.config import validate
-    from engine.hub import resolve_config
+    from engine.inputs.hub import resolve_config
 
     cfg = _compose("config", overrides)
     assert isinstance(cfg, Config)
@@ -171,7 +171,7 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
         logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
         for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        from engine.hub import resolve_config
+        from engine.inputs.hub import resolve_config
 
         cfg = OmegaConf.to_object(dcfg)
         resolve_config(cfg)                 # hub ids -> the local cache's snapshot folders

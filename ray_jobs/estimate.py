@@ -11,7 +11,7 @@ what is still missing in ``run.dir``):
   startup once), and, as the optimistic bound, if the full run keeps all worker slots as busy as
   the pilot kept its own (the pilot's waves of ``workers x episodes_per_worker`` episodes),
 * replica hours of hosted models over that wall time, and the cost at the configured prices
-  (engine/cost.py): tokens x ``price_*_per_mtok`` plus uptime x ``price_gpu_hour`` per GPU.
+  (engine/budget/cost.py): tokens x ``price_*_per_mtok`` plus uptime x ``price_gpu_hour`` per GPU.
 
 The first N tasks stand in for all of them: a dataset whose first tasks are unlike the rest
 projects badly (a larger ``--tasks`` helps).
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.benchmarks import get_benchmark
+from engine.budget.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.config import Config, replica_count, to_plain, validate
-from engine.cost import Prices, judge_prices, token_cost, uptime_cost
-from engine.progress import table
+from engine.runtime.progress import table
 from engine.storage import EpisodeStore
 
 PILOT_DIR = "_pilot"

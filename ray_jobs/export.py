@@ -1,7 +1,7 @@
 """``dateline export --to mlflow|wandb RUN_DIR``: a run dir into an experiment tracker.
 
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run,
-with the numbers every other reader shows (the metrics table of ``engine/metric_table.py``: the
+with the numbers every other reader shows (the metrics table of ``engine/scoring/metric_table.py``: the
 same values, scopes, counts and marks as ``dateline tables``, the report and the API):
 
 * metrics: each metric over the configuration's plan under its plain name (``accuracy``,
@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine import outcomes
+from engine.scoring import outcomes
 
 # metric-row columns that are counts of the plan (metrics) rather than values
 _COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_not_run")
@@ -48,8 +48,8 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
     """One record per (benchmark, configuration, judge): name, params, metrics, tags, episode ids."""
     from engine.benchmarks import get_benchmark
     from engine.config import config_labels, stable_hash
-    from engine.judges import SELF_JUDGED
-    from engine.metric_table import metric_table
+    from engine.scoring.judges import SELF_JUDGED
+    from engine.scoring.metric_table import metric_table
     from engine.storage import EpisodeStore
 
     store = EpisodeStore(run_dir)
@@ -92,7 +92,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
             metrics[m], metrics[f"{m}.n"] = float(r["value"]), float(r["n"])
             lo, hi = r.get("lo"), r.get("hi")
             if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
-                # none with too few tasks: never a zero-width stand-in (engine.stats.interval)
+                # none with too few tasks: never a zero-width stand-in (engine.scoring.stats.interval)
                 metrics[f"{m}.lo"], metrics[f"{m}.hi"] = float(lo), float(hi)
             if r.get("interval"):
                 interval[f"{m}.interval"] = r["interval"]          # exact | bootstrap | too_few_tasks

@@ -24,13 +24,12 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from engine import transcripts
 from engine.budget import BudgetExhausted, BudgetGate, LedgerLost, current_gate
 from engine.config import Config, JudgeConfig, ModelConfig, PairwiseConfig, judge_model_config
 from engine.identity import evaluation_settings
-from engine.judges import JudgeIdentity, judge_identity
-from engine.llm import Endpoint, GenerationError, Router, SamplingParams
+from engine.llm import Endpoint, GenerationError, Router, SamplingParams, transcripts
 from engine.protocol import Benchmark, JudgeRequest
+from engine.scoring.judges import JudgeIdentity, judge_identity
 from engine.storage import EpisodeStore, PairwiseStore
 
 log = logging.getLogger("dateline.judge")
@@ -265,7 +264,7 @@ class JudgeStream:
     ``submit`` and the stream asks that episode's judge requests at once (the next round as soon
     as an answer unlocks it), in flight up to the judge's engine batch per endpoint, on an asyncio
     loop in a thread of its own. Task-level requests that several episodes share (same episode id
-    and key) are asked once. Judgements go to a :class:`~engine.writer.StoreWriter` of the
+    and key) are asked once. Judgements go to a :class:`~engine.runtime.writer.StoreWriter` of the
     stream's own (one judgements shard per run dir per ``flush_s``, written off the loop).
     ``finish`` waits for everything submitted and returns each target's stats.
 
@@ -276,7 +275,7 @@ class JudgeStream:
     def __init__(self, flush_s: float = 2.0) -> None:
         import threading
 
-        from engine.writer import StoreWriter
+        from engine.runtime.writer import StoreWriter
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="judge-stream", daemon=True)

@@ -4,7 +4,7 @@ runs two at a time, as a stage of its own over their Parquet.
 1. Systems: every configuration of the benchmark in the given run directories (plus the tasks'
    reference texts), each with its output per task (the lowest seed when there are several).
 2. Comparisons: every pair on every task both have an output for, the order seeded
-   (``engine.pairwise``); written to ``OUT/comparisons`` before any judging.
+   (``engine.scoring.pairwise``); written to ``OUT/comparisons`` before any judging.
 3. Judging: the batched judge stage machinery (``ray_jobs.judge.judge_batch``): all verdicts in
    flight at once, malformed ones retried then stored as failures, results flushed as they come
    to ``OUT/judgements``, keyed by (comparison, judge identity, protocol). A re-run judges only
@@ -13,7 +13,7 @@ runs two at a time, as a stage of its own over their Parquet.
 
 ``OUT/plan.json`` (written with ``systems.json``, before judging) records this run's plan: the
 settings that choose it, its systems and its comparison ids. Reports count only verdicts on that
-plan's comparisons whose texts are still the systems' current outputs (``engine.pairwise.CurrentPlan``).
+plan's comparisons whose texts are still the systems' current outputs (``engine.scoring.pairwise.CurrentPlan``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
-from engine.judges import judge_identity, same_model
-from engine.pairwise import plan
-from engine.paths import repo_path
+from engine.inputs.paths import repo_path
 from engine.protocol import JudgeRequest
+from engine.scoring.judges import judge_identity, same_model
+from engine.scoring.pairwise import plan
 from engine.storage import PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, settled
 from ray_jobs.pairwise_plan import PLAN_FILE, collect, pairwise_spec, plan_record, protocols
@@ -41,7 +41,7 @@ log = logging.getLogger("dateline.pairwise")
 
 
 def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[str, Any]:
-    from engine.runlock import RunDirLock
+    from engine.runtime.runlock import RunDirLock
 
     validate_pairwise(cfg)
     with RunDirLock(repo_path(cfg.out), "dateline pairwise"):        # one writer per pairwise dir
@@ -75,7 +75,7 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
                             "skipped_pairs": len(skipped), "episodes": counts, "judge": judge_id,
                             "judge_model": judge.model, "requests": len(requests),
                             # the judge's model is one of the compared systems (by what it serves, then
-                            # by name: engine/judges.py same_model): it judges pairs it is in
+                            # by name: engine/scoring/judges.py same_model): it judges pairs it is in
                             "self_judged": same_model(judge.weights, [judge.model],
                                                       [s.get("weights_id") for s in systems],
                                                       [s["model"] for s in systems])}

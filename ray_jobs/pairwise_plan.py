@@ -12,9 +12,9 @@ from typing import Any
 
 from engine.config import Config, PairwiseConfig, to_plain
 from engine.errors import ConfigError
-from engine.pairwise import REFERENCE, Comparison, labels
-from engine.paths import repo_path
+from engine.inputs.paths import repo_path
 from engine.protocol import Benchmark, PairwiseSpec
+from engine.scoring.pairwise import REFERENCE, Comparison, labels
 from engine.storage import EpisodeStore
 
 
@@ -29,7 +29,7 @@ def protocols(cfg: PairwiseConfig, bench: Benchmark[Any]) -> list[str]:
 
 
 def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], dict[str, int]]:
-    """(systems, articles, counts): the systems (dicts, see ``engine.pairwise``), their texts per
+    """(systems, articles, counts): the systems (dicts, see ``engine.scoring.pairwise``), their texts per
     task, and how many episodes were left out and why."""
     systems: dict[str, dict[str, Any]] = {}
     best: dict[tuple[str, str], dict[str, Any]] = {}

@@ -32,7 +32,7 @@ def _version(name: str) -> str | None:
 
 def commit() -> dict[str, Any]:
     """The repository's commit and whether tracked files differ from it ("" outside a checkout)."""
-    from engine.paths import REPO_ROOT
+    from engine.inputs.paths import REPO_ROOT
 
     def git(*args: str) -> str:
         try:

@@ -209,7 +209,7 @@ class Session:
         return handle
 
     def benchmark_services(self, cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
-        from engine.services import start_actor
+        from engine.runtime.services import start_actor
 
         out = {}
         for spec in bench.services(cfg):

@@ -80,7 +80,7 @@ def exit_code(signum: int) -> int:
 class Tally:
     """The planned episodes of a run (every configuration of a sweep, each once) by what the
     store holds for them: ``finished`` an ok row, ``failed`` an error row, ``budget_stopped`` a
-    budget_exhausted row, ``not_run`` no row (``engine.outcomes.Counts``: scored, error,
+    budget_exhausted row, ``not_run`` no row (``engine.scoring.outcomes.Counts``: scored, error,
     budget-stopped, not run). Rows of earlier runs count: the store is the source of truth."""
     planned: int = 0
     finished: int = 0
@@ -120,7 +120,7 @@ def tally(cfgs: list[Config]) -> Tally:
     """What the store holds for the planned episodes of ``cfgs`` (planned as the run planned
     them, :func:`ray_jobs.run.planning.plan`; the same configuration in the same run dir once)."""
     from engine.benchmarks import get_benchmark
-    from engine.quarantine import collecting
+    from engine.inputs.quarantine import collecting
     from engine.storage import EpisodeStore
     from ray_jobs.run.planning import plan
 

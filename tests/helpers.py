@@ -70,11 +70,11 @@ livenews_script = livenews_responder(grade="Buffalo Bills")
 
 def metrics_of(bench: Any, rows: list[dict[str, Any]], judged: bool = True, policy: str = "as_wrong",
                planned: Any = None) -> dict[str, Any]:
-    """``{metric: MetricRow}`` of ``rows`` as the run computes them (engine/outcomes.py: means of
+    """``{metric: MetricRow}`` of ``rows`` as the run computes them (engine/scoring/outcomes.py: means of
     the benchmark's episode values over the plan, the benchmark's other metrics), seen through a
     judge (``judged``) or none; the rows are their own plan unless ``planned`` is given."""
-    from engine import outcomes
     from engine.protocol import MetricRow
+    from engine.scoring import outcomes
 
     rows = [dict(r, judge=r.get("judge", "j" if judged else "")) for r in rows]
     out, c = outcomes.metric_rows(bench, rows, planned, policy, judged)

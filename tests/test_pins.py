@@ -186,12 +186,12 @@ def _load(path: Path, name: str):
 ], ids=["comment", "import"])
 def test_known_hazard_an_edit_that_changes_no_prompt_changes_prompt_version(old, new, tmp_path):
     """Known hazard, documented and not fixed (the fix would change every id): a benchmark's
-    ``prompt_version`` hashes the source text of its ``prompts.py`` (``engine.judges.source_version``),
+    ``prompt_version`` hashes the source text of its ``prompts.py`` (``engine.scoring.judges.source_version``),
     so a copy of newsagent's that only gains a comment or rewrites an import renders the same
     prompts under another version, and so would give every newsagent episode a new id. A refactor
     must leave those files byte for byte alone."""
     from engine.benchmarks.newsagent import BENCHMARK, prompts
-    from engine.judges import source_version
+    from engine.scoring.judges import source_version
 
     text = Path(prompts.__file__).read_text()
     assert old in text

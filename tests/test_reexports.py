@@ -49,8 +49,8 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "Spend", "TOKENS_PER_MESSAGE", "current_gate", "estimate_prompt_tokens",
     ),
     # names other modules import from these (not all of their public names): moved ones re-exported
-    "engine.judges": ("evaluation_settings", "prompt_version", "source_version", "judge_identity", "same_model"),
-    "engine.outcomes": ("dataset_key",),
+    "engine.scoring.judges": ("evaluation_settings", "prompt_version", "source_version", "judge_identity", "same_model"),
+    "engine.scoring.outcomes": ("dataset_key",),
     "ray_jobs.run": (
         "Plan", "Point", "data_identity", "engine_identity", "exit_code", "failure_summary",
         "failures", "hydra_entry", "interleave", "make_point", "needed_cpus", "plan", "plan_waves", "reduce_metrics",

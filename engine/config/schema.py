@@ -231,7 +231,7 @@ class JudgeConfig:
     The judge's identity (model and weights, endpoint kind, the benchmark's judge prompt version,
     the evaluation settings) keys every judgement; metrics are computed per identity, so judges
     and settings are never mixed. Whether a judge is the model under test is decided by weights
-    identity, not by name (``engine.judges``)."""
+    identity, not by name (``engine.scoring.judges``)."""
     kind: str = "none"
     name: str = ""                 # defaults to the judging model's name
     # hosted: the judging model, when it is not the model under test (its own replicas and prices).

@@ -200,7 +200,7 @@ def validate(cfg: Config) -> None:
     limit = getattr(cfg.benchmark, "limit", None)
     _check(limit is None or (isinstance(limit, int) and limit >= 1), "benchmark.limit",
            f"must be >= 1 or null (all tasks), got {limit!r}")
-    from engine.quarantine import ON_BAD_ROWS
+    from engine.inputs.quarantine import ON_BAD_ROWS
 
     on_bad_rows = getattr(cfg.benchmark, "on_bad_rows", "error")
     _check(on_bad_rows in ON_BAD_ROWS, "benchmark.on_bad_rows", f"must be error or skip, got {on_bad_rows!r}")

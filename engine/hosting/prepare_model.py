@@ -24,7 +24,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from engine.paths import REPO_ROOT
+from engine.inputs.paths import REPO_ROOT
 
 log = logging.getLogger("dateline.prepare_model")
 

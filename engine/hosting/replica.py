@@ -556,7 +556,7 @@ class ModelPool:
         Restarts run in the background (``pending_restarts``). With ``push`` (the driver's: it
         hands the endpoints to the workers and waits), changed endpoints are pushed *before* any
         restart is sent, so a call cut off by the restart finds its replica out of rotation and
-        is the pool's failure, not the episode's (engine/llm.py). Returns True when the
+        is the pool's failure, not the episode's (engine/llm/client.py). Returns True when the
         endpoints changed and were not pushed. ``timeout_s``: the ``/health`` deadline (default:
         ``model.health_check_s``, at most 5 s: a busy vLLM on few cores answers late, and a
         deadline of a fraction of a second restarted healthy servers in

@@ -1,7 +1,7 @@
 """What a model's weights are, as far as identity goes: a content fingerprint of a model folder.
 
 An episode's id hashes the weights it was generated with (``ray_jobs.run.plan``), and whether a
-judge is the model under test is decided by the weights, not by the name (``engine.judges``).
+judge is the model under test is decided by the weights, not by the name (``engine.scoring.judges``).
 A path alone is not enough (new weights copied over old ones keep the path), and hashing every
 byte of a 70B checkpoint at every run start is too slow, so the fingerprint hashes:
 
@@ -161,7 +161,7 @@ HOSTED, SERVED, NAMED = "fp:", "srv:", "name:"
 
 def weights_id(m: ModelConfig) -> str:
     """A short id of the weights, equal for two configs that serve the same model (self-judging
-    is decided with it, engine/judges.py ``same_model``): ``fp:`` the fingerprint of a hosted folder
+    is decided with it, engine/scoring/judges.py ``same_model``): ``fp:`` the fingerprint of a hosted folder
     (its path when it has none); ``srv:`` what an external endpoint reports it serves (its root,
     else its id: no URL in it, so every host name, port and replica of one server, and every member
     of a fleet, is one identity); ``name:`` only the served name, when the endpoint cannot say."""

@@ -6,8 +6,8 @@
       metrics/metrics.parquet   metric rows per (benchmark, model, agent config)
       judgements/part-*.parquet one row per judge call's result (episode, judge identity, key)
       plans/part-*.parquet      what each run planned per configuration (one row per episode):
-                                the denominator of its metrics (engine/outcomes.py)
-      calls/part-*.parquet      one row per model call of an episode or a judge (engine/transcripts.py):
+                                the denominator of its metrics (engine/scoring/outcomes.py)
+      calls/part-*.parquet      one row per model call of an episode or a judge (engine/llm/transcripts.py):
                                 params, replica, latency, tokens, completion, its prompt as message ids
       messages/part-*.parquet   each distinct prompt message once (id = hash of role and content)
       run-*.json                what each run did (counts, timings, uptime, prices)
@@ -30,10 +30,10 @@ surrogate, e.g. a non-UTF-8 file name (b'chart\xff.png') as ``os.listdir`` decod
 (surrogateescape: 'chart\udcff.png') in an episode's output or a step's result; Arrow refuses
 it, and one such string used to fail the whole flush, and every re-run. So when a table of a
 flush cannot be built, each string in its rows (nested values too) has its lone surrogates
-escaped (``engine.fdtree.escape_text``: ``\xff`` for a surrogate-escaped byte, ``\ud800``
+escaped (``engine.inputs.fdtree.escape_text``: ``\xff`` for a surrogate-escaped byte, ``\ud800``
 for any other) and the row is stored so, with a warning naming the episode and field. A row
 that still cannot be encoded (a value of the wrong type) is set aside, not written:
-``RUN_DIR/quarantine`` keeps it whole (``engine.quarantine``, kind ``unencodable_row``: table,
+``RUN_DIR/quarantine`` keeps it whole (``engine.inputs.quarantine``, kind ``unencodable_row``: table,
 episode id, field, the error, the row as ASCII-escaped JSON), a warning names it, the rest of
 the flush lands, and the run summary (and ``dateline show``) counts the episode among those
 without a result. An episode whose row was set aside does not exist in the store (its steps and

@@ -168,7 +168,7 @@ class EpisodeStore(JudgedDir):
 
     def write_metrics(self, rows: list[dict[str, Any]], key: str) -> Path | str:
         """Store the metrics table as a cache of the rows computed under ``key`` (what they were
-        computed from: engine/metric_table.py ``metric_key``); only ``dateline run`` writes it, and a
+        computed from: engine/scoring/metric_table.py ``metric_key``); only ``dateline run`` writes it, and a
         reader uses it only while its key still matches (:meth:`cached_metrics`)."""
         schema = METRIC_SCHEMA.with_metadata({METRIC_KEY: key})
         return self.write(pa.Table.from_pylist(rows, schema=schema), "metrics", "metrics.parquet")

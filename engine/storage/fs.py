@@ -40,10 +40,10 @@ def upload_tree(local: Path, uri: str) -> int:
     query: ``s3://b/run/artifacts/e1?endpoint_override=...``), keeping relative paths; returns how
     many. A run dir on an object store keeps what episodes leave on a worker's disk this way (the
     node may be gone when someone looks). The folder may have been written by model code: it is
-    walked and read through descriptors (``engine/fdtree.py``): a link, FIFO or a file swapped for
+    walked and read through descriptors (``engine/inputs/fdtree.py``): a link, FIFO or a file swapped for
     a link after it was listed is skipped, never followed; names that are not UTF-8 are uploaded
     under their escaped form (``chart\\xff.png``), and any depth of folders costs no recursion."""
-    from engine import fdtree
+    from engine.inputs import fdtree
 
     try:
         top = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

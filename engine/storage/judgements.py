@@ -35,7 +35,7 @@ class JudgedDir(ShardedDir):
     # -- judgements ------------------------------------------------------------------------
     def write_judgements(self, rows: list[dict[str, Any]]) -> str:
         """One shard of judge results (the judge stage flushes as it goes); a row's ``_calls`` /
-        ``_messages`` (its transcript, engine/transcripts.py) go to the calls and messages tables."""
+        ``_messages`` (its transcript, engine/llm/transcripts.py) go to the calls and messages tables."""
         if not rows:
             return ""
         batch_id = new_batch_id()
@@ -46,7 +46,7 @@ class JudgedDir(ShardedDir):
         for r in rows:
             r["batch_id"] = batch_id
         # sorted by configuration in small row groups: a reader of one configuration
-        # (engine.outcomes.reduce) skips the other configurations' row groups by their statistics
+        # (engine.scoring.outcomes.reduce) skips the other configurations' row groups by their statistics
         t = self._table("judgements", rows, JUDGEMENT_SCHEMA)[0].sort_by("config_hash")
         if t.num_rows:
             self.write(t, "judgements", f"part-{batch_id}.parquet", JUDGEMENT_ROW_GROUP)

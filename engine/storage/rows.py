@@ -18,7 +18,7 @@ def metric_rows(benchmark: str, model: str, config_hash: str, agent: str, data: 
                 rows: list[MetricRow], judge: str = "", judge_model: str = "",
                 self_judged: bool = False, **counts: Any) -> list[dict[str, Any]]:
     """Metrics table rows; ``counts``: the columns saying what they are over (``n_planned``...,
-    ``scope``, ``task_set``; engine/outcomes.py), the same for every row given."""
+    ``scope``, ``task_set``; engine/scoring/outcomes.py), the same for every row given."""
     return [{"benchmark": benchmark, "model": model, "config_hash": config_hash, "agent": agent, "data": data,
              "judge": judge, "judge_model": judge_model, "self_judged": self_judged,
              "metric": m.metric, "value": m.value, "n": m.n, "lo": m.lo, "hi": m.hi, "interval": m.interval,

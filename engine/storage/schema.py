@@ -93,8 +93,8 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("judge_model", pa.string()),
     pa.field("self_judged", pa.bool_()),     # the model under test judged its own outputs
     pa.field("metric", pa.string()), pa.field("value", pa.float64()),
-    pa.field("n", pa.int64()),               # episodes the value is over (engine/outcomes.py)
-    # what the number is over (engine/outcomes.py): the episodes planned for the configuration,
+    pa.field("n", pa.int64()),               # episodes the value is over (engine/scoring/outcomes.py)
+    # what the number is over (engine/scoring/outcomes.py): the episodes planned for the configuration,
     # those with a scored result, those that failed, were stopped by the budget or never ran
     pa.field("n_planned", pa.int64()), pa.field("n_scored", pa.int64()), pa.field("n_error", pa.int64()),
     pa.field("n_budget_stopped", pa.int64()), pa.field("n_not_run", pa.int64()),
@@ -106,7 +106,7 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("task_set", pa.string()),       # hash of the planned (task, seed) set
     pa.field("tasks_dropped", pa.int64()),   # scope common: planned tasks of this config left out
     pa.field("note", pa.string()),           # what else a reader must know (e.g. who wrote the checklists)
-    # the value's 95% interval (engine.stats.interval; null where there is none) and how it was made:
+    # the value's 95% interval (engine.scoring.stats.interval; null where there is none) and how it was made:
     # exact | bootstrap | too_few_tasks, "" for a value that is not a mean (older files: null)
     pa.field("lo", pa.float64()), pa.field("hi", pa.float64()), pa.field("interval", pa.string()),
 ]

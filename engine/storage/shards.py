@@ -26,9 +26,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from engine.errors import CorruptShard
-from engine.fdtree import escape_text, has_surrogate
-from engine.quarantine import SCHEMA as QUARANTINE_SCHEMA
-from engine.quarantine import WRITER_KINDS, BadRow, excerpt, part_name, quarantine_table
+from engine.inputs.fdtree import escape_text, has_surrogate
+from engine.inputs.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from engine.inputs.quarantine import WRITER_KINDS, BadRow, excerpt, part_name, quarantine_table
 from engine.storage.fs import local_root, open_root, scratch_dir
 
 log = logging.getLogger("dateline.storage")

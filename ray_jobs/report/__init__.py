@@ -2,7 +2,7 @@
 also saved as PNG next to it) and the same tables as Markdown, for any mix of run directories
 and pairwise directories.
 
-Every number that estimates something carries a 95% interval (``engine.stats.interval``: exact for
+Every number that estimates something carries a 95% interval (``engine.scoring.stats.interval``: exact for
 a share with one 0/1 value per task, else a bootstrap that resamples tasks, and none, said so, with
 too few tasks) and the count it rests on. Per run directory and benchmark: metrics per
 configuration, paired tests between configurations on the benchmark's primary metrics, its
@@ -12,7 +12,7 @@ win-rate matrix (heatmap), Bradley-Terry ratings, dimension-wise win/tie/loss sh
 tests, position bias, judge failures, and agreement with human labels when a file is given.
 
 Computing and rendering are apart: ``compute_runs`` and ``compute_pairwise`` turn directories
-into sections (dataclasses of numbers, estimates and labels; prices by ``engine.cost``);
+into sections (dataclasses of numbers, estimates and labels; prices by ``engine.budget.cost``);
 ``render_runs``, ``render_pairwise`` and ``plots`` put sections on a ``page.Page`` (Markdown,
 HTML, PNG).
 """
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from engine.cost import Prices, parse_overrides
+from engine.budget.cost import Prices, parse_overrides
 from engine.errors import DataError
 from ray_jobs.report.compute_pairwise import (
     PairwiseSection,

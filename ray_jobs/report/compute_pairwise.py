@@ -2,7 +2,7 @@
 systems, what judging cost, and per judge and protocol the verdicts' position statistics, win
 rates, Bradley-Terry ratings, sign tests, dimension-wise shares and agreement with human labels.
 
-Only the current plan's verdicts count (``current_plan``, ``engine.pairwise.CurrentPlan``): those
+Only the current plan's verdicts count (``current_plan``, ``engine.scoring.pairwise.CurrentPlan``): those
 on comparisons the latest stage planned whose judged texts are still the systems' current outputs;
 the rest are left out and counted per judge and protocol (stale / not in the plan)."""
 
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine import stats
 from engine.benchmarks import get_benchmark
-from engine.cost import Prices, judge_prices
-from engine.judges import same_model
-from engine.pairwise import (
+from engine.budget.cost import Prices, judge_prices
+from engine.scoring import stats
+from engine.scoring.judges import same_model
+from engine.scoring.pairwise import (
     CURRENT,
     NOT_IN_PLAN,
     REFERENCE,
@@ -134,7 +134,7 @@ def read_human(path: Path, systems: set[str], tasks: set[str] | None = None
     one of the two system ids or "tie"; one label per task and pair; systems among ``systems``,
     tasks among ``tasks`` when given. Errors (``BadDataError``) name the file, line and field."""
     from engine.errors import BadDataError
-    from engine.jsonl import field_str, read_jsonl
+    from engine.inputs.jsonl import field_str, read_jsonl
 
     out: dict[tuple[str, str, str], str | None] = {}
     first: dict[tuple[str, str, str], int] = {}
@@ -162,7 +162,7 @@ def read_human(path: Path, systems: set[str], tasks: set[str] | None = None
 
 def sign_tests(outcomes: list[stats.Outcome], ids: list[str]) -> list[SignTest]:
     """Per pair of systems (indices a < b) that met: (a, b, wins of a, wins of b, sign-test p, Holm p, ties),
-    from one outcome per (task, pair) (``engine.pairwise.pair_outcomes``)."""
+    from one outcome per (task, pair) (``engine.scoring.pairwise.pair_outcomes``)."""
     rows = []
     for a, b in itertools.combinations(range(len(ids)), 2):
         mine = [o for o in outcomes if {o.a, o.b} == {ids[a], ids[b]}]
@@ -268,7 +268,7 @@ def pairwise_section(root: Path, n_boot: int, human: Path | None,
 
 def judging_cost(infos: list[dict[str, Any]], prices: Mapping[str, Prices] | None = None) -> JudgingCost | None:
     """What the stage runs cost, each at its recorded judge and model prices unless ``prices``
-    overrides them (``engine.cost.judge_prices``: the same rules as a run's judge)."""
+    overrides them (``engine.budget.cost.judge_prices``: the same rules as a run's judge)."""
     if not infos:
         return None
     usd = 0.0

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
+from engine.budget.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
 from engine.config import config_labels
-from engine.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
 from engine.hosting.events import causes, describe, read_events
 from engine.protocol import Benchmark, Row
+from engine.scoring import outcomes, stats
 from engine.storage import EpisodeStore
 
 log = logging.getLogger("dateline.report")
@@ -35,7 +35,7 @@ class ConfigGroup:
     data: dict[str, Any]
     rows: list[Row]
     label: str = ""
-    # per planned episode (in the block's scope), what its means count (engine/outcomes.py),
+    # per planned episode (in the block's scope), what its means count (engine/scoring/outcomes.py),
     # computed once: the metrics, intervals, paired tests and per-task values all use them
     values: list[dict[str, float]] = field(default_factory=list)
     value_tasks: list[str] = field(default_factory=list)           # the task of each entry of values
@@ -110,7 +110,7 @@ class JudgedBlock:
     judge_info: dict[str, str]          # model, kind, prompt as the store records them
     groups: list[ConfigGroup]
     # what the comparisons of the block are over: the tasks every compared configuration finished
-    # (engine/outcomes.py), or each configuration's own plan (--all-tasks)
+    # (engine/scoring/outcomes.py), or each configuration's own plan (--all-tasks)
     scope: str
     scope_note: str
     metrics: list[str]                  # row order of the metrics table
@@ -199,7 +199,7 @@ def _group(v: outcomes.ConfigView, label: str = "") -> ConfigGroup:
 def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, Prices], judge: str | None,
                       all_tasks: bool = False, score_failures: str | None = None) -> BenchmarkSection:
     """One benchmark of a run dir: its configurations (each over its own plan, with counts), one
-    block per judge (engine/outcomes.py: configurations compared on the tasks all of them
+    block per judge (engine/scoring/outcomes.py: configurations compared on the tasks all of them
     finished, unless ``all_tasks``), and tokens and cost."""
     bench = get_benchmark(name)
     store = EpisodeStore(root, bench.episode_fields)
@@ -314,7 +314,7 @@ def _counts(g: ConfigGroup) -> outcomes.Counts:
 
 
 def _marks(bench: Benchmark[Any], g: ConfigGroup) -> tuple[str, ...]:
-    from engine.judges import SELF_JUDGED
+    from engine.scoring.judges import SELF_JUDGED
 
     return (("INCOMPLETE",) * _counts(g).incomplete + (outcomes.PARTIALLY_JUDGED,) * _counts(g).partially_judged
             + (SELF_JUDGED.upper(),) * g.self_judged
@@ -461,7 +461,7 @@ def per_task(bench: Benchmark[Any], groups: list[ConfigGroup]) -> PerTask | None
 def run_costs(store: EpisodeStore, groups: list[ConfigGroup], prices: Mapping[str, Prices]) -> dict[str, ConfigCost]:
     """Per config hash: uptime paid, prices, per-episode costs (aligned with the group's ok rows),
     and the judge's cost (tokens, and the uptime of a judge with replicas of its own), all at the
-    prices each run recorded unless ``prices`` overrides a model's (``engine.cost``)."""
+    prices each run recorded unless ``prices`` overrides a model's (``engine.budget.cost``)."""
     uptime: dict[str, float] = defaultdict(float)
     model_cfg: dict[str, dict[str, Any]] = {}
     judge_cost: dict[str, float] = defaultdict(float)

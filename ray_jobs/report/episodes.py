@@ -2,7 +2,7 @@
 episode pages.
 
 An :class:`EpisodeView` gathers one episode from the store: its row, its steps, its model calls
-with their prompts (engine/transcripts.py), its judgements with the judges' own text and their
+with their prompts (engine/llm/transcripts.py), its judgements with the judges' own text and their
 calls, the per-episode metric values (with no judge, and through each judge that judged it, by
 the code ``dateline metrics`` averages), and the reference its output is compared with. It
 renders as terminal text (``dateline show RUN_DIR EPISODE``) and as a static HTML page; a
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import outcomes
 from engine.config import stable_hash
-from engine.judges import judged_views
+from engine.llm.transcripts import conversation
 from engine.protocol import Benchmark, Row
+from engine.scoring import outcomes
+from engine.scoring.judges import judged_views
 from engine.storage import EpisodeStore
-from engine.transcripts import conversation
 
 
 @dataclass

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import outcomes
 from engine.benchmarks import get_benchmark
-from engine.judges import SELF_JUDGED
+from engine.scoring import outcomes
+from engine.scoring.judges import SELF_JUDGED
 from ray_jobs.report.compute_runs import BenchmarkSection, JudgedBlock
 from ray_jobs.report.page import Page, est, num
 

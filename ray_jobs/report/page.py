@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine import stats
+from engine.scoring import stats
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from engine.judges import SELF_JUDGED
-from engine.pairwise import NOT_IN_PLAN, STALE
+from engine.scoring.judges import SELF_JUDGED
+from engine.scoring.pairwise import NOT_IN_PLAN, STALE
 from ray_jobs.report import plots
 from ray_jobs.report.compute_pairwise import (
     Agreement,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from engine import outcomes, stats
 from engine.benchmarks import get_benchmark
-from engine.judges import SELF_JUDGED, self_judged_note
+from engine.scoring import outcomes, stats
+from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from ray_jobs.report import plots
 from ray_jobs.report.compute_runs import (
     BenchmarkSection,
@@ -82,7 +82,7 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
 
 
 def render_failures(page: Page, s: BenchmarkSection, links: dict[str, Cell]) -> None:
-    """Failures: per configuration, each kind of failure (engine.outcomes.error_kind) with its
+    """Failures: per configuration, each kind of failure (engine.scoring.outcomes.error_kind) with its
     count and one example, linked to that episode's page when the report has one."""
     rows: list[list[Cell]] = []
     for g in s.groups:
@@ -125,7 +125,7 @@ def cost_cells(row: CostRow) -> list[Cell]:
 
 def count_lines(page: Page, g: ConfigGroup) -> None:
     """Under a table: how much of its plan the configuration's judge saw, and its stored episodes
-    outside the plan (engine/outcomes.py ``count_notes``)."""
+    outside the plan (engine/scoring/outcomes.py ``count_notes``)."""
     c = g.counts or outcomes.count(g.rows, g.planned)
     for note in outcomes.count_notes({**c.columns(), "judge": g.judge, "score_failures": g.policy}):
         (page.strong if note.startswith(outcomes.PARTIALLY_JUDGED) else page.para)(f"{g.label}: {note}")

@@ -16,12 +16,12 @@ import ray
 from engine.config import (
     engine_batch,
 )
-from engine.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
 from engine.errors import WorkerStartError
 from engine.hosting.events import ReplicaEvents
-from engine.progress import Progress
+from engine.runtime.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
+from engine.runtime.progress import Progress
+from engine.runtime.writer import StoreWriter
 from engine.storage import EpisodeStore
-from engine.writer import StoreWriter
 from ray_jobs import stopping
 from ray_jobs.budget import (
     budget_exhausted_rows,
@@ -90,7 +90,7 @@ class DispatchLoop:
         self.busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
         self.reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
         self.lost_ledgers: set[str] = set()
-        # the rows go to a background writer (engine/writer.py): one shard per table per run dir per
+        # the rows go to a background writer (engine/runtime/writer.py): one shard per table per run dir per
         # flush, across points; handing them over never waits on storage, its errors come back here
         self.judged = {(p.store.uri, p.plan.config_hash): p.key for p in by_key.values() if p.judge}
         self.writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()),

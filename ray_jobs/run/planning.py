@@ -22,7 +22,6 @@ from engine.config import (
     to_plain,
     validate,
 )
-from engine.dispatch import EpisodeSpec, WorkerSetup, agent_json
 from engine.errors import ConfigError
 from engine.hosting.weights import weights_id
 from engine.identity import (
@@ -35,11 +34,12 @@ from engine.identity import (
     reported_server,
     without_server,
 )
+from engine.inputs.paths import repo_path
+from engine.inputs.quarantine import collecting
 from engine.llm import SamplingParams
-from engine.outcomes import Planned, task_set
-from engine.paths import repo_path
 from engine.protocol import Benchmark, BenchmarkBase, dumps
-from engine.quarantine import collecting
+from engine.runtime.dispatch import EpisodeSpec, WorkerSetup, agent_json
+from engine.scoring.outcomes import Planned, task_set
 from engine.storage import EpisodeStore, is_uri, write_quarantine
 from ray_jobs.budget import (
     RunBudget,
@@ -212,7 +212,7 @@ def plan_point(cfg: Config) -> Point:
     store = EpisodeStore(p.run_dir, bench.episode_fields)
     write_quarantine(store, bad_rows.rows)
     store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
-    # the denominator of this configuration's metrics (engine/outcomes.py): what this run planned
+    # the denominator of this configuration's metrics (engine/scoring/outcomes.py): what this run planned
     planned = [Planned(s.episode_id, s.task_id, s.seed, _failure_json(bench, s.task)) for s in p.specs]
     store.write_plan(p.config_hash, [(x.episode_id, x.task_id, x.seed, x.failure) for x in planned], task_set(planned),
                      cfg.run.score_failures, dumps(evaluation_settings(cfg.benchmark, bench.evaluation_fields)))

@@ -8,14 +8,14 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from engine import outcomes
 from engine.benchmarks import get_benchmark
 from engine.config import (
     Config,
 )
 from engine.hosting.events import causes, read_events
-from engine.judges import SELF_JUDGED, self_judged_note
-from engine.progress import table
+from engine.runtime.progress import table
+from engine.scoring import outcomes
+from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore, set_aside_episodes
 from ray_jobs.run.planning import Point
 
@@ -23,7 +23,7 @@ log = logging.getLogger("dateline.run")
 
 
 def failures(p: Point) -> dict[str, Any]:
-    """The episodes of a point's plan without a scored result, by kind (engine.outcomes.error_kind):
+    """The episodes of a point's plan without a scored result, by kind (engine.scoring.outcomes.error_kind):
     a count and one example each; and whether the run stopped at run.max_failures."""
     planned = {s.episode_id for s in p.plan.specs}
     rows = p.store.episodes(["episode_id", "status", "error", "task_id"], config_hash=p.plan.config_hash,
@@ -105,7 +105,7 @@ def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str
 def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None,
                    score_failures: str | None = None,
                    evaluation: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The metrics rows of ``benchmark`` in ``store``, computed (engine/outcomes.py), never stored: each
+    """The metrics rows of ``benchmark`` in ``store``, computed (engine/scoring/outcomes.py), never stored: each
     configuration once per judge that judged it (never a blend of judges, nor of evaluation
     settings), or once with no judge; over its plan (scope all) and, where configurations are
     compared, over the tasks all of them finished (scope common); every row with the counts it

@@ -11,11 +11,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine import metric_table
 from engine.config import (
     Config,
     to_plain,
 )
+from engine.scoring import metric_table
 from ray_jobs import provenance
 from ray_jobs.budget import SweepLedger, check_sweep_budgets, sweep_ledger
 from ray_jobs.run.planning import Point, open_point, plan_point, run_dir
@@ -36,7 +36,7 @@ def run_sweep(cfgs: list[Config], session: Session | None = None,
     ``sys.argv``)."""
     from contextlib import ExitStack
 
-    from engine.runlock import RunDirLock
+    from engine.runtime.runlock import RunDirLock
 
     with ExitStack() as locks:
         # one writer per run dir: a second driver on any of them stops here, naming the holder
@@ -109,7 +109,7 @@ def _write_provenance(points: dict[str, Point], cfgs: list[Config], command: Seq
 
 def _reduce(points: dict[str, Point]) -> dict[str, list[dict[str, Any]]]:
     """Metrics once per run dir, of every benchmark in it (the default view, stored as the cache
-    every reader checks against the store: engine/metric_table.py), and its tables."""
+    every reader checks against the store: engine/scoring/metric_table.py), and its tables."""
     reduced: dict[str, list[dict[str, Any]]] = {}
     for p in points.values():
         k = str(p.plan.run_dir)

@@ -25,7 +25,7 @@ from engine.benchmarks.livenews.data import MAX_PAGE_CHARS, load_livenewsbench, 
 from engine.benchmarks.newsagent import realtimeqa as rtqa
 from engine.benchmarks.newsagent.data import MAX_TEXT_CHARS, load_dataset
 from engine.errors import BadDataError, ConfigError, DataError
-from engine.quarantine import KINDS, SCHEMA, BadRow, Quarantine
+from engine.inputs.quarantine import KINDS, SCHEMA, BadRow, Quarantine
 from engine.storage import read_quarantine
 from ray_jobs.report import read_human
 
@@ -490,7 +490,7 @@ def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixt
 
 def test_livenews_and_analyst_skip_through_load_tasks(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     from engine.benchmarks import get_benchmark
-    from engine.quarantine import collecting
+    from engine.inputs.quarantine import collecting
     from ray_jobs.configs import compose
 
     d = tmp_path / "livenews"

@@ -19,7 +19,7 @@ import pytest
 
 from engine.benchmarks.analyst import BENCHMARK
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
-from engine.paths import repo_path
+from engine.inputs.paths import repo_path
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import run_sweep

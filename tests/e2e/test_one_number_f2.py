@@ -76,6 +76,6 @@ def test_reading_never_writes_and_flags_change_only_their_command(tmp_path):
 
     # the cache `dateline run` wrote is what readers use while it is current, and it says so
     store = EpisodeStore(run)
-    from engine.metric_table import metric_key, store_benchmarks
+    from engine.scoring.metric_table import metric_key, store_benchmarks
 
     assert store.cached_metrics(metric_key(store, store_benchmarks(store))) is not None

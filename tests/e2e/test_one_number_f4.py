@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from engine.benchmarks.analyst.data import load_tasks
-from engine.paths import repo_path
+from engine.inputs.paths import repo_path
 from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from tests.e2e.test_analyst_numbers import CLAIMS, REPORT, verdict

@@ -18,7 +18,7 @@ import re
 import pytest
 
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
-from engine.paths import repo_path
+from engine.inputs.paths import repo_path
 from ray_jobs.configs import compose
 from tests.e2e.test_what_a_number_means import sweep
 from tests.everywhere import rows_with, seen

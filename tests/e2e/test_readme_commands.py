@@ -123,7 +123,7 @@ def test_every_model_free_readme_command_runs_as_written(tmp_path):
         return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
 
     # the scratch copy runs its own code, not the checkout the venv was installed from
-    where = sh([sys.executable, "-c", "import engine.paths; print(engine.paths.REPO_ROOT)"])
+    where = sh([sys.executable, "-c", "import engine.inputs.paths; print(engine.inputs.paths.REPO_ROOT)"])
     assert where.stdout.strip() == str(repo), where.stderr
 
     with FakeOpenAI(universal_responder()) as srv:

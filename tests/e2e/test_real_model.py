@@ -12,10 +12,10 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.hosting.replica import replica_log_name
 from engine.hosting.vllm_server import VLLMServer, engine_settings
 from engine.llm import Endpoint, SamplingParams
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.storage import EpisodeStore
 from indexes.service import AsyncLocalIndex
 from ray_jobs.configs import compose

@@ -11,8 +11,8 @@ import pytest
 
 from engine.benchmarks.newsagent import prompts
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from indexes.service import AsyncLocalIndex
 from tests.fake_openai import FakeOpenAI
 

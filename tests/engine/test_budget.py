@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, Spend, current_gate, estimate_prompt_tokens
-from engine.cost import Prices
+from engine.budget.cost import Prices
 from engine.errors import ConfigError
 from engine.llm import ChatClient, Endpoint, GenerationError, Router, SamplingParams
 from tests.fake_openai import FakeOpenAI
@@ -222,8 +222,8 @@ def test_context_gate_reaches_router_clients_and_failed_calls_release():
 def test_episode_runner_stores_budget_exhausted_with_its_steps():
     from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
     from engine.benchmarks.livenews.service import WebService
-    from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
-    from engine.services import LocalService
+    from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
+    from engine.runtime.services import LocalService
     from tests.benchmarks.livenews.test_livenews_agent import BENCH
 
     class Cfg:

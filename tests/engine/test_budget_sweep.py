@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from engine.budget import Budget, BudgetGate, Caps, LedgerLost, Reservation, Spend
-from engine.cost import Prices
+from engine.budget.cost import Prices
 from engine.errors import ConfigError
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import livenews_responder
@@ -169,7 +169,7 @@ def test_a_sweep_ledgers_records_count_per_point_and_close_the_same_sweep(tmp_pa
 
 
 def test_the_actor_restores_from_the_newest_snapshot_of_its_run(tmp_path):
-    from engine.dispatch import load_ledger_state
+    from engine.runtime.dispatch import load_ledger_state
     from engine.storage import EpisodeStore
 
     a, b = EpisodeStore(tmp_path / "a"), EpisodeStore(tmp_path / "b")
@@ -187,7 +187,7 @@ def test_the_actor_restores_from_the_newest_snapshot_of_its_run(tmp_path):
 def test_a_dead_ledger_actor_raises_ledger_lost_not_a_ray_error():
     from ray.exceptions import ActorDiedError
 
-    from engine.dispatch import remote_gate
+    from engine.runtime.dispatch import remote_gate
 
     class Method:
         def remote(self, *a: Any) -> Any:
@@ -210,9 +210,9 @@ def test_the_runner_returns_an_episode_whose_ledger_is_lost_as_not_started():
     the tokens its calls spent before the loss come back for the run's accounting."""
     from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
     from engine.benchmarks.livenews.service import WebService
-    from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
     from engine.llm import Endpoint, SamplingParams
-    from engine.services import LocalService
+    from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
+    from engine.runtime.services import LocalService
     from tests.benchmarks.livenews.test_livenews_agent import BENCH
 
     class Cfg:

@@ -148,12 +148,12 @@ def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"] + ["refused"])
 def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
-    """Model calls go over the SDK's aiohttp transport (engine.llm._http_client), whose own error
+    """Model calls go over the SDK's aiohttp transport (engine.llm.client._http_client), whose own error
     map calls a refused connection or a reset "APITimeoutError: Request timed out.". Each fault
     is named as the SDK's httpx transport names it (a refused connection: APIConnectionError)."""
     import socket
 
-    import engine.llm as llm
+    import engine.llm.client as llm
 
     def error(url: str) -> str:
         async def go() -> str:

@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from engine.actions import ParseError
 from engine.benchmarks.newsagent import environment as E
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
+from engine.llm.actions import ParseError
 
 RELEASE = dt.date(2024, 5, 10)
 TASK = NewsTask("t1", "Bridge reopens", RELEASE, ("The bridge reopened on Friday.",), ("a", "b"))

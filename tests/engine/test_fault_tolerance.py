@@ -152,7 +152,7 @@ def test_a_restart_its_pool_decided_on_spends_none_of_the_episodes_retries():
 
 def test_a_wait_for_a_replica_is_bounded_and_names_the_pools_cause():
     from engine.llm import ReplicaUnavailable
-    from engine.outcomes import error_kind
+    from engine.scoring.outcomes import error_kind
 
     dead = FakeOpenAI(lambda m, q: "never")
     url = dead.base_url

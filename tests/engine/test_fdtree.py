@@ -1,4 +1,4 @@
-"""Host operations on a folder untrusted code writes (engine/fdtree.py), each attacked while it runs.
+"""Host operations on a folder untrusted code writes (engine/inputs/fdtree.py), each attacked while it runs.
 
 A link is swapped in at the moment the operation opens something, timed with inotify (the
 attacker here is a thread of the test, playing a snippet process that is still alive), never by
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import fdtree
+from engine.inputs import fdtree
 from engine.storage import upload_tree
 
 SECRET = b"HOSTSECRET-fdtree-31c"

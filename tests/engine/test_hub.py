@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ConfigError
-from engine.hub import parse, resolve
+from engine.inputs.hub import parse, resolve
 from tests.helpers import REPO
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -8,7 +8,7 @@ import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.budget import Budget, BudgetGate, Caps
-from engine.cost import Prices
+from engine.budget.cost import Prices
 from engine.llm import Endpoint
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.judge import JudgeFleet

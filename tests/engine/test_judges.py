@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from engine import stats
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.config import ModelConfig
-from engine.judges import judge_identity, judged_views
 from engine.llm import Endpoint
-from engine.pairwise import pair_outcomes, plan
+from engine.scoring import stats
+from engine.scoring.judges import judge_identity, judged_views
+from engine.scoring.pairwise import pair_outcomes, plan
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore, PairwiseStore
 from ray_jobs.configs import compose
 from ray_jobs.judge import run_judge_stage
@@ -232,7 +232,7 @@ def test_report_sign_tests_are_per_pair_and_holm_adjusted(tmp_path):
 
 
 def test_same_model_decides_by_what_a_server_serves_then_by_name():
-    from engine.judges import same_model
+    from engine.scoring.judges import same_model
 
     # one server's two replicas (or any two URLs of it): the same srv id, whatever the names
     assert same_model("srv:abc", ["grader"], ["srv:abc"], ["scripted"])

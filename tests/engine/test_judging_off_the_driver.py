@@ -8,11 +8,11 @@ import threading
 
 import pyarrow.parquet as pq
 
-from engine import outcomes
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm import Endpoint
+from engine.runtime.writer import StoreWriter
+from engine.scoring import outcomes
 from engine.storage import JUDGEMENT_ROW_GROUP, EpisodeStore
-from engine.writer import StoreWriter
 from ray_jobs.configs import compose
 from ray_jobs.judge import JudgeStream, run_judge_identity, run_judge_stage
 from tests.engine.test_judge import episode

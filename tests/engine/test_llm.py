@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import ChatClient, Endpoint, Router, SamplingParams
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from indexes.service import AsyncLocalIndex
 from tests.engine.test_agent import scripted_writer
 from tests.fake_openai import FakeOpenAI
@@ -90,7 +90,7 @@ def test_the_transport_takes_proxies_from_the_environment(monkeypatch):
     (a lab's external judge API behind its egress proxy), NO_PROXY exempts hosts."""
     from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
 
-    from engine.llm import _http_client
+    from engine.llm.client import _http_client
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "vllm.internal")

@@ -1,13 +1,13 @@
-"""engine/outcomes.py on hand-built rows: what a change of plan leaves visible (issue 31, F9 and
+"""engine/scoring/outcomes.py on hand-built rows: what a change of plan leaves visible (issue 31, F9 and
 F11). The driver-level tests are in tests/e2e/test_one_number_f9.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import outcomes
 from engine.benchmarks.livenews import BENCHMARK as LIVE
-from engine.outcomes import Counts, Planned
+from engine.scoring import outcomes
+from engine.scoring.outcomes import Counts, Planned
 from tests.factories import episode_row
 
 

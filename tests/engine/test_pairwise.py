@@ -12,7 +12,7 @@ import pytest
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent import pairwise as npw
 from engine.errors import ConfigError, DataError
-from engine.pairwise import REFERENCE, a_first, outcome, plan, position_bias
+from engine.scoring.pairwise import REFERENCE, a_first, outcome, plan, position_bias
 from engine.storage import EpisodeStore, PairwiseStore
 from ray_jobs.configs import compose_pairwise
 from ray_jobs.pairwise import run_pairwise
@@ -256,7 +256,7 @@ def test_human_file_errors_name_line_and_field(tmp_path):
 
 # -- what a report counts: the current plan, current texts ---------------------------------------------
 def test_current_plan_status():
-    from engine.pairwise import CURRENT, NOT_IN_PLAN, STALE, CurrentPlan, current_texts, slot
+    from engine.scoring.pairwise import CURRENT, NOT_IN_PLAN, STALE, CurrentPlan, current_texts, slot
 
     comps, _ = plan({"A": {"t1": "a1", "t2": "a2"}, "B": {"t1": "b1", "t2": "b2"}}, seed=0)
     rows = [c.__dict__ for c in comps]

@@ -10,7 +10,7 @@ import pytest
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.benchmarks.newsagent import BENCHMARK as NEWS
-from engine.cost import (
+from engine.budget.cost import (
     JudgePrices,
     Prices,
     episode_costs,
@@ -232,7 +232,7 @@ def _cost_line(md, label):
 
 def test_report_price_reprices_an_api_judge_in_a_run(tmp_path):
     """``--price`` re-prices an API (openai_compatible) judge in a normal run as it does in
-    pairwise judging: by its model name, through ``engine.cost.judge_prices``."""
+    pairwise judging: by its model name, through ``engine.budget.cost.judge_prices``."""
     root = _run_dir(tmp_path)
     model = {"name": "qwen", "num_gpus": 1, "price_gpu_hour": 2.0}
     EpisodeStore(root).write_json("run-3-judge.json", {
@@ -270,7 +270,7 @@ def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
     """The run report's paired tests: each primary metric's tests in one judged block are one
     family, Holm-adjusted together; the raw p stays beside the adjusted one and a sentence under
     the table names the family and its size. Three configurations: three comparisons per metric."""
-    from engine import stats
+    from engine.scoring import stats
     from ray_jobs.report.compute_runs import run_sections
 
     store = EpisodeStore(tmp_path / "run", NEWS.episode_fields)

@@ -1,4 +1,4 @@
-"""One writer per run dir (``engine/runlock.py``), and a full disk during a shard write.
+"""One writer per run dir (``engine/runtime/runlock.py``), and a full disk during a shard write.
 
 * a second driver (another process holding the lock) gets a clear error naming host and pid,
   before anything is written; the lock is released at the end of a run;
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.runlock import LOCK_NAME, RunDirLock, RunDirLocked, stale_reason
+from engine.runtime.runlock import LOCK_NAME, RunDirLock, RunDirLocked, stale_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def _holder(tmp_path: Path) -> subprocess.Popen[str]:
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from engine.runlock import RunDirLock
+        from engine.runtime.runlock import RunDirLock
         with RunDirLock({str(tmp_path)!r}, "dateline run (other)"):
             print("held", flush=True)
             time.sleep(120)

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from engine import stats
-from engine.stats import Outcome
+from engine.scoring import stats
+from engine.scoring.stats import Outcome
 
 
 def outs(spec: list[tuple[str, str, str, str | None]]) -> list[Outcome]:

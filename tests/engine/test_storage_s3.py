@@ -179,7 +179,7 @@ def test_a_run_writes_its_store_to_s3_and_resumes_from_it(s3_env, monkeypatch, t
 def test_run_dir_lock_on_s3(s3_env):
     """One writer per run dir on an object store: written, read back, refused to a second driver
     while live, released at the end."""
-    from engine.runlock import LOCK_NAME, RunDirLock, RunDirLocked
+    from engine.runtime.runlock import LOCK_NAME, RunDirLock, RunDirLocked
 
     uri = _uri(s3_env)
     with RunDirLock(uri, "dateline run") as lock:
@@ -198,7 +198,7 @@ def test_run_dir_lock_on_s3(s3_env):
 def test_the_driver_writer_and_a_many_shard_compaction_on_s3(s3_env, tmp_path):
     """The background writer puts the points of one run dir in one shard per table; compaction
     of many shards reads and deletes them from a pool of threads and changes no answer."""
-    from engine.writer import StoreWriter
+    from engine.runtime.writer import StoreWriter
 
     uri = _uri(s3_env)
     a = EpisodeStore(uri, BENCHMARK.episode_fields, local_dir=tmp_path)
@@ -275,9 +275,9 @@ def test_an_agentic_analyst_episode_leaves_its_figure_and_code_on_s3(s3_env, tmp
 
     from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig
     from engine.config import to_plain
-    from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
     from engine.llm import Endpoint, SamplingParams
     from engine.protocol import dumps
+    from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
     from tests.benchmarks.analyst.test_analyst_episode import REPORT, TASKS
     from tests.fake_openai import FakeOpenAI
 

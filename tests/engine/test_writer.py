@@ -1,4 +1,4 @@
-"""The driver's background store writer (engine/writer.py), without Ray: one shard per table per
+"""The driver's background store writer (engine/runtime/writer.py), without Ray: one shard per table per
 run dir per flush across points, in order, flushed by size or time, errors handed back."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.errors import StoreWriteError
+from engine.runtime.writer import StoreWriter, approx_bytes
 from engine.storage import EpisodeStore
-from engine.writer import StoreWriter, approx_bytes
 from tests.engine.test_storage import ep, st
 
 

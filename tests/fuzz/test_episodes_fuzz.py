@@ -45,7 +45,7 @@ from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.llm import Completion
 from engine.protocol import DocHit, EpisodeContext, EpisodeOutcome
-from engine.services import LocalService
+from engine.runtime.services import LocalService
 from engine.storage import STEP_SCHEMA, step_rows
 from tests.fuzz.garbage import RAW_TEXT, big_int, clean, deep, jstring, jvalue, noise, seeded, soup
 from tests.fuzz.test_parsers_fuzz import (

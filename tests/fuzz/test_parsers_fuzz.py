@@ -6,7 +6,7 @@ the wrong JSON type, duplicate keys, partial dates, huge numbers, nesting past t
 limit, prose around them, both labels, negations), token soup and raw unicode (control
 characters, line separators, lone surrogates). Every input must end as a parsed value of the
 documented type or as the parser's documented format-error signal (``None``, or
-``engine.actions.ParseError``, which the episode records as a malformed action); any other
+``engine.llm.actions.ParseError``, which the episode records as a malformed action); any other
 exception fails the test. Valid outputs must parse to the value they were built from, and some
 malformed ones (negations, two grades, a placeholder claim) to the format error.
 
@@ -37,7 +37,6 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from engine.actions import ParseError, first_json_object
 from engine.benchmarks.analyst import BENCHMARK as ANALYST
 from engine.benchmarks.analyst.checklists import _one_criterion
 from engine.benchmarks.analyst.scoring import parse_checklist, parse_claims, parse_rating, parse_verdict, stored_claims
@@ -48,7 +47,8 @@ from engine.benchmarks.livenews.grader import GRADES, parse_grade
 from engine.benchmarks.newsagent.environment import ACTIONS, Action, parse_action, parse_arguments, parse_kind
 from engine.benchmarks.newsagent.pairwise import DIMENSIONS
 from engine.benchmarks.newsagent.pairwise import parse as parse_pairwise
-from engine.pairwise import outcome
+from engine.llm.actions import ParseError, first_json_object
+from engine.scoring.pairwise import outcome
 from tests.fuzz.garbage import (
     ANY,
     Case,
@@ -86,7 +86,7 @@ def storable(value: object) -> bool:
     return True
 
 
-# -- engine.actions.first_json_object (newsagent actions, analyst tool calls and claims) ---------
+# -- engine.llm.actions.first_json_object (newsagent actions, analyst tool calls and claims) ---------
 
 def json_valid(r: random.Random) -> Case:
     obj = {clean(r, r.randrange(8), exclude="`"): jpy(r) for _ in range(r.randrange(5))}
@@ -808,7 +808,7 @@ def test_every_parser_on_unicode_text(text: str) -> None:
     check_newsagent_pairwise((("single", text), ANY))
 
 
-# Inputs that raised, or parsed to a wrong value, before the fixes (engine/actions.py,
+# Inputs that raised, or parsed to a wrong value, before the fixes (engine/llm/actions.py,
 # newsagent/environment.py, newsagent/pairwise.py, livenews/grader.py).
 BIG = "1" + "0" * 4400                                       # past int()'s 4,300-digit limit: ValueError
 NESTED = "[" * 3000 + "]" * 3000                             # past the recursion limit: RecursionError

@@ -48,7 +48,7 @@ JUDGE = ("judge=openai_compatible", "judge.base_url=http://127.0.0.1:9/v1", "jud
 def values(name: str, run_dir: Path) -> dict[str, str]:
     """What identifies the stored results of configuration ``name``, planned into ``run_dir``."""
     from engine.benchmarks import get_benchmark
-    from engine.outcomes import dataset_key
+    from engine.scoring.outcomes import dataset_key
     from ray_jobs.configs import compose
     from ray_jobs.judge import run_judge_identity
     from ray_jobs.run import data_identity, plan

@@ -285,7 +285,7 @@ def host_side_run(tmp_path_factory, s3):
             else:
                 os.environ[k] = v
         # the chains the attacks left are deeper than pytest's own clean-up can remove (it recurses)
-        from engine import fdtree
+        from engine.inputs import fdtree
 
         fdtree.remove(tmp)
 

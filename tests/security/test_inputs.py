@@ -80,7 +80,7 @@ def _livenews_data(tmp_path: Path, pages: str) -> list[str]:
 
 def test_deep_nesting_and_huge_integers_are_named_data_errors_that_skip_quarantines(tmp_path):
     from engine.benchmarks.livenews import BENCHMARK
-    from engine.quarantine import collecting
+    from engine.inputs.quarantine import collecting
 
     good = (REPO / "engine" / "benchmarks" / "livenews" / "sample_data" / "pages.jsonl").read_text()
     deep = "[" * 100_000 + "]" * 100_000
@@ -240,7 +240,7 @@ def test_a_task_folder_whose_name_is_not_utf8_is_quarantined_under_skip(tmp_path
     """With on_bad_rows=skip the folder is dropped, and its quarantine row (whose file and raw
     row hold the name) is written to the run dir like any other."""
     from engine.benchmarks.analyst.data import load_tasks
-    from engine.quarantine import Quarantine
+    from engine.inputs.quarantine import Quarantine
     from engine.storage import read_quarantine, write_quarantine
 
     tasks = _task(tmp_path).parent
@@ -387,7 +387,7 @@ def test_a_corrupt_shard_is_named_and_repair_moves_it_aside_keeping_every_other_
 
 
 def test_a_refused_driver_writes_nothing_into_the_locked_run_dir(tmp_path):
-    from engine.runlock import LOCK_NAME
+    from engine.runtime.runlock import LOCK_NAME
 
     p = _holder(tmp_path)
     try:

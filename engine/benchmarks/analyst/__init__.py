@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engine import quarantine
 from engine.benchmarks.analyst import claims, generation, prompts, scoring
 from engine.benchmarks.analyst import metrics as analyst_metrics
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
@@ -27,7 +26,8 @@ from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.identity import prompt_version, source_version
-from engine.paths import repo_path
+from engine.inputs import quarantine
+from engine.inputs.paths import repo_path
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -87,7 +87,7 @@ class AnalystBenchmark(BenchmarkBase):
     name = "analyst"
     benchmark_schema = AnalystBenchmarkConfig
     agent_schema = AnalystAgentConfig
-    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    # paths of data that may be Hugging Face hub ids (engine/inputs/hub.py)
     data_paths = ("tasks_dir", "checklists_dir")
     evaluation_fields = ("checklists_dir", "n_criteria", "checklist_max_tokens", "checklist_refine_rounds",
                          "checklist_pass_rating", "figure_match_threshold", "evidence_k", "max_claims",

@@ -257,8 +257,8 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
     as the judge stage calls them (one client retry; malformed answers retried here), into
     ``b.checklists_dir`` (relative: from the repo root) or the task folders."""
     from engine.benchmarks.analyst import tasks_by_id
+    from engine.inputs.paths import repo_path
     from engine.llm import Router, SamplingParams
-    from engine.paths import repo_path
 
     async def go() -> list[BuildResult]:
         router = Router(list(endpoints), SamplingParams.for_judge(judge),

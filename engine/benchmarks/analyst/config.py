@@ -69,7 +69,7 @@ class AnalystAgentConfig:
 def row_config(row: dict[str, Any]) -> AnalystBenchmarkConfig:
     """The benchmark config an episode row is judged and scored under: the one it was produced
     under (its ``data`` column), with the evaluation settings of the judgements it is seen
-    through (``row["evaluation"]``, set by the judge stage and by engine.judges.judged_views):
+    through (``row["evaluation"]``, set by the judge stage and by engine.scoring.judges.judged_views):
     evaluation settings apply at evaluation time, never from the stored row alone."""
     import json
 

@@ -47,9 +47,9 @@ from typing import Any
 
 from engine.benchmarks.analyst.sources import TABLE_SUFFIXES, TEXT_SUFFIXES, read_table
 from engine.errors import BadDataError, DataError
-from engine.fdtree import escape_text
-from engine.jsonl import check_id, field_str, loads
-from engine.quarantine import Quarantine, reject
+from engine.inputs.fdtree import escape_text
+from engine.inputs.jsonl import check_id, field_str, loads
+from engine.inputs.quarantine import Quarantine, reject
 
 SETTINGS = ("T", "T+S", "T+S+ToC", "T+S+R*")
 TASK_FIELDS = ("task_id", "instruction", "family", "variant", "domain", "template_from")

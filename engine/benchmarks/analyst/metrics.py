@@ -1,6 +1,6 @@
 """analyst metrics (Table 3 columns) from episode rows and their judgements.
 
-Per configuration, means over its planned episodes (engine/outcomes.py; each metric's ``n``
+Per configuration, means over its planned episodes (engine/scoring/outcomes.py; each metric's ``n``
 says how many): length in tokens (the served model's tokenizer), checklist %
 (``scoring.checklist_score``), hallucination % (``scoring.hallucination_rate``), visual
 coverage % (reference figures matched by a generated caption at MiniLM cosine >=
@@ -45,9 +45,9 @@ import numpy as np
 from engine.benchmarks.analyst import claims as claim_chunks
 from engine.benchmarks.analyst import scoring
 from engine.benchmarks.analyst.config import row_config
-from engine.judges import same_model
-from engine.outcomes import n_cell
 from engine.protocol import MetricRow
+from engine.scoring.judges import same_model
+from engine.scoring.outcomes import n_cell
 
 # what a planned episode without a result counts as (run.score_failures=as_wrong); per task,
 # only the metrics the task has (``failure_values_for``)
@@ -130,7 +130,7 @@ def episode_scores(row: dict[str, Any], tasks: Callable[..., dict[str, Any]],
 
 def episode_values(row: dict[str, Any], tasks: Callable[..., dict[str, Any]],
                    embedder: Callable[[], Any]) -> dict[str, float]:
-    """Per-episode values whose means are the metrics (engine/outcomes.py)."""
+    """Per-episode values whose means are the metrics (engine/scoring/outcomes.py)."""
     if row["status"] != "ok":
         return {}
     return _values(row, episode_scores(row, tasks, embedder))
@@ -162,7 +162,7 @@ METRIC_ORDER = ("report_written", "length_tokens", "checklist_pct", "hallucinati
 
 def aggregate(rows: list[dict[str, Any]], tasks: Callable[..., dict[str, Any]],
               embedder: Callable[[], Any]) -> list[MetricRow]:
-    """The metrics that are not means of :func:`episode_values` (engine/outcomes.py takes those),
+    """The metrics that are not means of :func:`episode_values` (engine/scoring/outcomes.py takes those),
     over the scored episodes: ``episodes``, counts of reports never written (``no_report``) and of
     missing checklist scores by reason (``checklist_missing_<reason>``; ``unscored`` only where a
     judge ran), the shares of finish reasons, and who wrote the checklists (``checklist_by:<author>``,

@@ -28,7 +28,7 @@ isolation Flatpak and several agent sandboxes build on; ``isolation="bwrap"``, t
 The snippet's code goes in on stdin, never through a file it could replace. The host never
 acts by path on the folder: every file tool, walk, removal and read of the final report opens
 paths relative to a held folder descriptor, one component at a time, without following links
-(``O_NOFOLLOW``; ``engine/fdtree.py``), and only regular files are read (a FIFO or device planted
+(``O_NOFOLLOW``; ``engine/inputs/fdtree.py``), and only regular files are read (a FIFO or device planted
 by a snippet is refused, not opened).
 
 ``isolation="audit_unsafe"`` (``agent.sandbox=audit_unsafe``) runs the snippet with an audit hook
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from engine import fdtree
+from engine.inputs import fdtree
 
 log = logging.getLogger(__name__)
 
@@ -524,7 +524,7 @@ class Sandbox:
     ``audit_unsafe`` (an explicit opt-in: not a boundary).
 
     The host never acts by path on what a snippet can write: every file tool, walk, removal and
-    copy goes through descriptors (``engine/fdtree.py``). A root worker gives the folder to the
+    copy goes through descriptors (``engine/inputs/fdtree.py``). A root worker gives the folder to the
     snippets' uid once, when it is made (:meth:`adopt`, before any snippet ran and with no
     process of that uid alive), and creates what it writes there later already owned by it: no
     walk ever re-owns the folder while something could be changing it."""

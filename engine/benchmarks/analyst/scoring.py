@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.actions import ParseError, first_json_object
+from engine.llm.actions import ParseError, first_json_object
 
 # Each run of whitespace is read by one \s* (r"is\s*:?\s*\**\s*" backtracked cubically: a
 # judge's "rating is" followed by a few thousand blanks took minutes).

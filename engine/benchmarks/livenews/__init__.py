@@ -36,7 +36,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     agent_schema = LivenewsAgentConfig
     # judge_probes changes only the judging; on_bad_rows picks which rows load (like limit), a
     # question that loads runs the same either way
-    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    # paths of data that may be Hugging Face hub ids (engine/inputs/hub.py)
     data_paths = ("questions", "pages")
     evaluation_fields = ("judge_probes", "on_bad_rows")
     judge_prompt_version = prompt_version(GRADER_PROMPT)
@@ -78,7 +78,7 @@ class LiveNewsBenchmark(BenchmarkBase):
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
         if b.window_days is not None and (b.window_days < 0 or not b.date_window):
             raise ConfigError("benchmark.window_days: needs date_window=true and a value >= 0")
-        from engine.paths import repo_path
+        from engine.inputs.paths import repo_path
 
         for key in (("pages",) if b.source == "realtimeqa" else ("questions", "pages")):
             if not repo_path(getattr(b, key)).exists():

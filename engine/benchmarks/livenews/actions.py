@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.actions import ParseError
+from engine.llm.actions import ParseError
 
 KINDS = {"search": "search", "click": "visit", "visit": "visit", "finish": "finish"}
 _FENCED = re.compile(r"```[ \t]*(?:action)?[ \t]*\n(.*?)```", re.S | re.I)

@@ -26,12 +26,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.actions import ParseError
 from engine.benchmarks.livenews import prompts
 from engine.benchmarks.livenews.actions import parse_action_block
 from engine.benchmarks.livenews.config import turn_cap
 from engine.benchmarks.livenews.data import LiveQuestion
 from engine.llm import RequestRejected
+from engine.llm.actions import ParseError
 from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
 
 FINISH_REASONS = ("finish", "budget_exceeded", "no_action_block", "malformed_action", "unknown_action",

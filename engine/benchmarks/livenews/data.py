@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine import quarantine
 from engine.benchmarks.livenews.config import LivenewsBenchmarkConfig
 from engine.errors import BadDataError
-from engine.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed, read_unique
-from engine.paths import repo_path
-from engine.quarantine import Quarantine
+from engine.inputs import quarantine
+from engine.inputs.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed, read_unique
+from engine.inputs.paths import repo_path
+from engine.inputs.quarantine import Quarantine
 from indexes.web import WebPage, registered_domain
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """livenews metrics (Table 1 columns) and the paper-layout tables (Tables 1, 3 and 4).
 
-Accuracy is CORRECT over every planned episode of the config (engine/outcomes.py): a failed
+Accuracy is CORRECT over every planned episode of the config (engine/scoring/outcomes.py): a failed
 task (any finish reason but ``finish``) is not correct, as in the paper, and neither is an
 episode that produced no result (an error, a budget stop, one never run: ``failure_values``,
 under the default ``run.score_failures=as_wrong``). An answer whose judgement is missing or
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from engine.benchmarks.livenews.agent import FINISH_REASONS
-from engine.outcomes import n_cell
 from engine.protocol import MetricRow
+from engine.scoring.outcomes import n_cell
 
 GRADE_KEY = "grade"
 
@@ -72,7 +72,7 @@ JUDGE_METRICS = ("accuracy", "incorrect", "not_attempted", "ungraded", "judge_pr
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    """The metrics that are not means of :func:`episode_values` (engine/outcomes.py takes those):
+    """The metrics that are not means of :func:`episode_values` (engine/scoring/outcomes.py takes those):
     the standard deviations of searches and visits over the scored episodes."""
     values = [episode_values(r) for r in rows if r["status"] == "ok"]
     out = []

@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine import quarantine
 from engine.benchmarks.newsagent import agent, metrics, pairwise, prompts
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig, NewsagentBenchmarkConfig
 from engine.benchmarks.newsagent.data import NewsDataset, NewsTask, load_dataset
@@ -17,7 +16,8 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.identity import prompt_version as text_version
 from engine.identity import source_version
-from engine.paths import repo_path
+from engine.inputs import quarantine
+from engine.inputs.paths import repo_path
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -58,7 +58,7 @@ class NewsAgentBenchmark(BenchmarkBase):
     agent_schema = NewsagentAgentConfig
     # on_bad_rows picks which rows load (like limit); a task that loads runs the same either way,
     # so it is not part of an episode's identity
-    # paths of data that may be Hugging Face hub ids (engine/hub.py)
+    # paths of data that may be Hugging Face hub ids (engine/inputs/hub.py)
     data_paths = ("data_dir",)
     evaluation_fields = ("on_bad_rows",)
     primary_metrics = ("search_f1", "edit_f1")

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from engine.actions import ParseError, first_json_object
 from engine.benchmarks.newsagent import prompts
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import (
@@ -25,6 +24,7 @@ from engine.benchmarks.newsagent.environment import (
 )
 from engine.benchmarks.newsagent.metrics import episode_scores
 from engine.llm import RequestRejected
+from engine.llm.actions import ParseError, first_json_object
 from engine.protocol import EpisodeContext, EpisodeOutcome, dumps
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ A dataset is a folder with two JSON Lines files:
 
 ``kind`` is description, caption (text starts with ``[Caption]``) or quote (``[Speaker] text``).
 Every reference id must name an object dated strictly before the task's release date. Dates are
-full dates from 1800 to a year after today (``engine.jsonl.field_date``: a release date in 2150 is
+full dates from 1800 to a year after today (``engine.inputs.jsonl.field_date``: a release date in 2150 is
 a typo, and would make every object of the corpus evidence from "before" it). Ids are
 unique, safe as names (no path syntax); texts are non-blank and at most ``MAX_TEXT_CHARS``. Every
 bad row raises a :class:`~engine.errors.BadDataError` naming file, row and field, or with a
-:class:`~engine.quarantine.Quarantine` is skipped (``docs/design/data.md``).
+:class:`~engine.inputs.quarantine.Quarantine` is skipped (``docs/design/data.md``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import BadDataError
-from engine.jsonl import field_date, field_id, field_list, field_str, read_unique
-from engine.quarantine import Quarantine
+from engine.inputs.jsonl import field_date, field_id, field_list, field_str, read_unique
+from engine.inputs.quarantine import Quarantine
 
 OBJECT_KINDS = ("description", "caption", "quote")
 # Characters of one text field (an object's text, a firsthand item, a reference article).

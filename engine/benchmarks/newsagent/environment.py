@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.actions import ParseError, first_json_object, get_ci
 from engine.benchmarks.newsagent.data import NewsTask
+from engine.llm.actions import ParseError, first_json_object, get_ci
 
 ACTIONS = ("search", "insert", "remove", "terminate")
 

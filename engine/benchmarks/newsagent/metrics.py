@@ -110,7 +110,7 @@ NO_REFERENCE_FAILURE_VALUES = {"terminated_rate": 0.0}
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:
-    """The metric that is not a mean of :func:`episode_values` (engine/outcomes.py takes those):
+    """The metric that is not a mean of :func:`episode_values` (engine/scoring/outcomes.py takes those):
     ``episodes``, the number of scored episodes."""
     ok = [r for r in rows if r.get("status") == "ok"]
     return [MetricRow("episodes", float(len(ok)), len(ok))]

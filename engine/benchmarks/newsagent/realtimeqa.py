@@ -104,8 +104,8 @@ from typing import Any
 
 from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_dataset
 from engine.errors import BadDataError, DataError
-from engine.jsonl import UniqueIds, field_date, field_id, field_str, read_jsonl
-from engine.quarantine import ON_BAD_ROWS, Quarantine, check_mode, reject, write_quarantine_file
+from engine.inputs.jsonl import UniqueIds, field_date, field_id, field_str, read_jsonl
+from engine.inputs.quarantine import ON_BAD_ROWS, Quarantine, check_mode, reject, write_quarantine_file
 
 log = logging.getLogger(__name__)
 

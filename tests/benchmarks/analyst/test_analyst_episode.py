@@ -15,9 +15,9 @@ from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmar
 from engine.benchmarks.analyst.data import checklist_id, reference_sha256
 from engine.benchmarks.analyst.sources import ByteCounter
 from engine.config import to_plain
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from engine.protocol import dumps
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import metrics_of
 

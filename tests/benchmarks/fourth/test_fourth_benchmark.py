@@ -105,7 +105,7 @@ class Arith(BenchmarkBase):
                               {"expected": task.a + task.b, "answer": answer})
 
     def episode_values(self, rows: list[Row]) -> list[dict[str, float]]:
-        # the means, their denominators and the failures are the runtime's (engine/outcomes.py)
+        # the means, their denominators and the failures are the runtime's (engine/scoring/outcomes.py)
         return [{"accuracy": float(r["answer"] == r["expected"])} for r in rows]
 
 

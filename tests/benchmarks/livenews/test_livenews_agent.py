@@ -15,9 +15,9 @@ from engine.benchmarks import get_benchmark
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import load
 from engine.benchmarks.livenews.service import WebService
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
-from engine.services import LocalService
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
+from engine.runtime.services import LocalService
 from indexes.web import registered_domain
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI

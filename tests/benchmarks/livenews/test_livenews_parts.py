@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from engine.actions import ParseError
 from engine.benchmarks import get_benchmark
 from engine.benchmarks.livenews.actions import LiveAction, parse_action_block
 from engine.benchmarks.livenews.data import load_livenewsbench, load_realtimeqa
 from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
 from engine.errors import ConfigError, DataError
+from engine.llm.actions import ParseError
 
 
 @pytest.mark.parametrize("out,grade", [

@@ -24,9 +24,9 @@ from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
 from engine.benchmarks.newsagent.metrics import episode_scores
-from engine.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.llm import Endpoint, SamplingParams
 from engine.protocol import DocHit
+from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.storage import EpisodeStore
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import metrics_of

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from engine.actions import ParseError
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent import environment as E
 from engine.benchmarks.newsagent.data import NewsTask
 from engine.benchmarks.newsagent.environment import Action, NewsEnvironment, Retrieved, normalize, parse_action
 from engine.benchmarks.newsagent.metrics import episode_scores
+from engine.llm.actions import ParseError
 from tests.factories import episode_row
 from tests.helpers import metrics_of
 

@@ -1,7 +1,7 @@
 """The metrics table every reader shows, and the one cache of it (issue 31: reading never writes).
 
 ``dateline metrics``, ``dateline tables``, the report, the export and the Python API compute a run
-dir's numbers from its episodes, judgements and plans with the same code (engine/outcomes.py) and
+dir's numbers from its episodes, judgements and plans with the same code (engine/scoring/outcomes.py) and
 the same defaults. A command's flags change what that command prints, never what another reads.
 
 ``metrics/metrics.parquet`` is a cache of the **default** view (each plan's own failure policy,
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import outcomes
+from engine.scoring import outcomes
 
 __all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "tables_markdown"]
 
@@ -43,9 +43,9 @@ def metric_key(store: Any, benchmarks: Sequence[str]) -> str:
     """What the default metrics of ``benchmarks`` in ``store`` are computed from: the store's
     shards, the computing code's source, and each benchmark's data files named in its stored
     configurations (``data_paths`` in the episodes' ``data`` and the plans' evaluation settings)."""
-    from engine import judges, stats
     from engine.benchmarks import get_benchmark
     from engine.config import stable_hash
+    from engine.scoring import judges, stats
 
     evaluations = [p.evaluation for p in store.plans().values() if p.evaluation]
     # the shared code (outcomes, stats, judges: which judgement counts), then each benchmark's package
@@ -104,7 +104,7 @@ def _data_version(store: Any, bench: Any, evaluations: Sequence[str]) -> str:
     import pyarrow.compute as pc
 
     from engine.config import stable_hash
-    from engine.paths import repo_path
+    from engine.inputs.paths import repo_path
 
     fields = tuple(getattr(bench, "data_paths", ()))
     if not fields:
@@ -140,7 +140,7 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
     set per judge, compared configurations on the tasks all of them finished (``all_tasks``:
     each over its own plan), incomplete and self-judged configurations marked."""
     from engine.benchmarks import get_benchmark
-    from engine.judges import SELF_JUDGED
+    from engine.scoring.judges import SELF_JUDGED
 
     out = []
     for name in names:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]       # engine/inputs/paths.py -> the repository
 
 
 def repo_path(p: str | Path) -> Path:

@@ -21,11 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine import transcripts
 from engine.benchmarks import get_benchmark
 from engine.budget import Budget, BudgetExhausted, BudgetGate, Caps, LedgerLost, Reservation, Spend, current_gate
-from engine.cost import Prices
-from engine.llm import Endpoint, Router, SamplingParams
+from engine.budget.cost import Prices
+from engine.llm import Endpoint, Router, SamplingParams, transcripts
 from engine.protocol import EpisodeContext, IndexClient, dumps
 from engine.storage import step_rows, sub_uri, upload_tree
 
@@ -194,8 +193,8 @@ class EpisodeWorker:
 
     def add_point(self, point: str, setup: WorkerSetup, index_handle: Any,
                   service_handles: dict[str, Any] | None = None) -> None:
-        from engine.actors import resolve
-        from engine.services import RemoteService
+        from engine.runtime.actors import resolve
+        from engine.runtime.services import RemoteService
         from indexes.service import RemoteIndex
 
         services = {k: RemoteService(resolve(h)) for k, h in (service_handles or {}).items()}
@@ -239,10 +238,10 @@ def start_workers(setup: WorkerSetup | None, index_handle: Any, num_workers: int
     if points is None:
         assert setup is not None, "start_workers needs a setup or points"
         points = {"": (setup, index_handle, service_handles)}
-    from engine.actors import by_name
+    from engine.runtime.actors import by_name
 
     # the constructor arguments go inline with the actor's creation task (they are small: setups
-    # and actor names, no handles: engine.actors), so a restarted actor is built from them again
+    # and actor names, no handles: engine.runtime.actors), so a restarted actor is built from them again
     args = {k: (replace(s, budget=by_name(s.budget)), by_name(i), {n: by_name(h) for n, h in (sv or {}).items()})
             for k, (s, i, sv) in points.items()}
     actor_cls = ray.remote(EpisodeWorker)
@@ -363,7 +362,7 @@ def start_budget_actor(caps: Caps, prices: Prices, initial: Spend, ttl_s: float,
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from engine.actors import remember, unique_name
+    from engine.runtime.actors import remember, unique_name
 
     # No CPU of its own (it only does arithmetic); enough concurrency for every waiting call.
     # Restarted whenever its process dies (max_restarts=-1), and a call to it that was under way

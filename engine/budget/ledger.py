@@ -18,11 +18,11 @@ A call is
   names the cap.
 
 GPU hours come from replica uptime the driver reports (:meth:`Budget.set_uptime`), priced and
-counted per GPU of a replica as :mod:`engine.cost` does (a CPU-only replica counts one unit).
+counted per GPU of a replica as :mod:`engine.budget.cost` does (a CPU-only replica counts one unit).
 The dollar figure is token cost plus uptime cost at the model's prices.
 
 Plain Python, no Ray: the driver hosts a :class:`Budget` in one actor shared by all workers
-(``engine.dispatch.BudgetActor``), a test or a single process uses it directly. A
+(``engine.runtime.dispatch.BudgetActor``), a test or a single process uses it directly. A
 :class:`BudgetGate` is what a chat client calls around each request.
 
 One ledger may serve several sweep points (``run.budget.scope=sweep``): each call names its point
@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.cost import Prices, token_cost, unit_hours, uptime_cost
+from engine.budget.cost import Prices, token_cost, unit_hours, uptime_cost
 
 # Chat templates add a few tokens per message (role markers) to the content's own.
 TOKENS_PER_MESSAGE = 4
@@ -370,7 +370,7 @@ class BudgetGate:
 
     ``acquire(est_in, est_out)`` returns an awaitable of ``(reservation or None, reason)`` and
     ``settle(reservation, tokens_in, tokens_out)`` an awaitable: a local :class:`Budget`
-    (:meth:`local`) or the methods of the budget actor (``engine.dispatch.remote_gate``)."""
+    (:meth:`local`) or the methods of the budget actor (``engine.runtime.dispatch.remote_gate``)."""
 
     def __init__(self, acquire: Callable[[int, int], Awaitable[tuple[Reservation | None, str]]],
                  settle: Callable[[Reservation, int, int], Awaitable[Any]], shared: bool = False) -> None:

@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.budget import BudgetGate, current_gate
-from engine.transcripts import CallRecord
+from engine.budget.ledger import BudgetGate, current_gate
+from engine.llm.transcripts import CallRecord
 
 if TYPE_CHECKING:
     from engine.config.schema import JudgeConfig, ModelConfig
@@ -515,7 +515,7 @@ class EpisodeClient:
         self.episode_id = episode_id
         self.seed = seed
         self.retries = RetryBudget(router.max_retries_per_episode)      # over all the episode's calls
-        # every call, answered or not, as the transcript stores it (engine/transcripts.py)
+        # every call, answered or not, as the transcript stores it (engine/llm/transcripts.py)
         self.calls: list[CallRecord] = []
 
     @property

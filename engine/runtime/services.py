@@ -67,9 +67,9 @@ def start_actor(spec: ServiceSpec) -> Any:
     cls = ray.remote(_factory(spec))
     # a service whose process or node dies is rebuilt by Ray from the same arguments (its state is
     # derived from them), and calls in flight are retried there: a service's calls only read
-    from engine.actors import remember, unique_name
+    from engine.runtime.actors import remember, unique_name
 
-    name = unique_name("service")      # workers find it by name (engine.actors)
+    name = unique_name("service")      # workers find it by name (engine.runtime.actors)
     handle = cls.options(num_cpus=spec.num_cpus, max_concurrency=64, name=name, max_restarts=-1,
                          max_task_retries=-1).remote(**spec.kwargs)
     ray.get(handle.__ray_ready__.remote())

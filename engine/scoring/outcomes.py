@@ -294,7 +294,7 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
 def means(values: Sequence[EpisodeValue]) -> list[MetricRow]:
     """The mean of each metric over the episodes that have it (NaN values are absent values), with
     its interval (``stats.interval``: the one the report, leaderboard and export print)."""
-    from engine import stats
+    from engine.scoring import stats
 
     acc: dict[str, list[float]] = {}
     tasks: dict[str, list[str]] = {}
@@ -444,7 +444,7 @@ def judges_a_member(members: Sequence[tuple[str, str, frozenset[str], str, bool]
     of each) is any of its models: then every number of the comparison is marked self-judged, not
     only the judge's own configuration's (a judge that is one of the compared models grades its
     rivals too)."""
-    from engine.judges import same_model
+    from engine.scoring.judges import same_model
 
     if any(m[4] for m in members):
         return True
@@ -486,7 +486,7 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
     to judge) is seen by the judges of its dataset (``family()``: :func:`family_judges`, read only
     when such a configuration is met), so it
     stays in their tables at its failure-policy value instead of leaving them."""
-    from engine.judges import judged_views
+    from engine.scoring.judges import judged_views
 
     eps = store.episodes(benchmark=bench.name, config_hash=config_hash).to_pylist()
     if not eps:

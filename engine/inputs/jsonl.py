@@ -1,8 +1,8 @@
 """JSON Lines input (plain or gzipped) and field checks, with errors that name the file, the
-1-based row (line) and the field, each of a kind of :data:`engine.quarantine.KINDS`.
+1-based row (line) and the field, each of a kind of :data:`engine.inputs.quarantine.KINDS`.
 
 Lines are read as bytes and decoded one at a time, so bad UTF-8 names its own line (and byte
-offset) and, with a :class:`~engine.quarantine.Quarantine`, costs only that line. A truncated or
+offset) and, with a :class:`~engine.inputs.quarantine.Quarantine`, costs only that line. A truncated or
 damaged gzip stream ends the file: the rows before it are kept (with a quarantine) and the error
 names the first line that could not be read.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.errors import BadDataError, DataError
-from engine.fdtree import has_surrogate
-from engine.quarantine import Quarantine, reject
+from engine.inputs.fdtree import has_surrogate
+from engine.inputs.quarantine import Quarantine, reject
 
 # A line longer than this is not parsed (one would be read whole into memory to parse it).
 MAX_LINE_BYTES = 64 * 1024 * 1024

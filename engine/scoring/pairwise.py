@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.stats import Outcome
+from engine.scoring.stats import Outcome
 
 REFERENCE = "reference"
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import DataError
-from engine.fdtree import escape_text
+from engine.inputs.fdtree import escape_text
 
 log = logging.getLogger("dateline.quarantine")
 
