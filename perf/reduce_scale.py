@@ -1,6 +1,6 @@
 """The reduce at scale: the whole-store reduce (every episode and judgement of the run dir in
 Python at once, as ``reduce_metrics`` did) vs the per-configuration reduce
-(``engine.scoring.outcomes.reduce_store``), side by side on one run dir, each in a child process of its
+(``engine.scoring.views.reduce_store``), side by side on one run dir, each in a child process of its
 own (so each peak RSS is its own).
 
     python perf/reduce_scale.py                         # 20,000 analyst episodes, 32 configurations
@@ -73,7 +73,7 @@ def build(run_dir: Path, episodes: int, points: int) -> dict[str, Any]:
 
 def side(run_dir: Path, how: str) -> dict[str, Any]:
     from engine.benchmarks import get_benchmark
-    from engine.scoring import outcomes
+    from engine.scoring import views
     from engine.storage import EpisodeStore
     from perf.driver_scale import peak_rss_mb
 
@@ -81,8 +81,8 @@ def side(run_dir: Path, how: str) -> dict[str, Any]:
     store = EpisodeStore(run_dir, bench.episode_fields)
     rss0 = peak_rss_mb()
     t0 = time.monotonic()
-    rows = (outcomes.reduce(bench, outcomes.config_views(store, bench)) if how == "old"
-            else outcomes.reduce_store(store, bench))
+    rows = (views.reduce(bench, views.config_views(store, bench)) if how == "old"
+            else views.reduce_store(store, bench))
     wall = time.monotonic() - t0
     out = run_dir.parent / f"rows-{how}.json"
     out.write_text(json.dumps(rows, default=str, sort_keys=True))

@@ -25,7 +25,8 @@ from engine.budget import Budget, BudgetGate, Caps, Spend
 from engine.budget.cost import Prices, judge_prices, token_cost, unit_hours, uptime_cost
 from engine.config import Config, ModelConfig, to_plain
 from engine.errors import ConfigError
-from engine.runtime.dispatch import BUDGET_EXHAUSTED, LIVE_PREFIX, EpisodeSpec, WorkerSetup, unstarted_row
+from engine.runtime.budget_actor import LIVE_PREFIX
+from engine.runtime.dispatch import BUDGET_EXHAUSTED, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.storage import EpisodeStore
 from ray_jobs.session import Session
 
@@ -247,7 +248,7 @@ def start_budget(cfg: Config, config_hash: str, store: EpisodeStore, session: Se
     caps = Caps.of(cfg.run.budget)
     if not caps.any or not get_benchmark(cfg.benchmark.name).uses_model(cfg.agent):
         return None
-    from engine.runtime.dispatch import start_budget_actor
+    from engine.runtime.budget_actor import start_budget_actor
 
     m = cfg.model
     prices = Prices.of_model(to_plain(m))
@@ -337,7 +338,7 @@ class SweepLedger:
     def start(self, session: Session, already_up: set[int], generating: list[Config]) -> RunBudget:
         """The ledger's actor, charged the uptime of the models of ``generating`` (the points that
         run episodes) from now on (from their start for a pool started after ``already_up``)."""
-        from engine.runtime.dispatch import start_budget_actor
+        from engine.runtime.budget_actor import start_budget_actor
 
         models = [cfg.model for cfg, _, _ in self.members]
         _warn_unpriced(self.caps, list({Session.key(m): m for m in models}.values()))

@@ -22,7 +22,7 @@ counted per GPU of a replica as :mod:`engine.budget.cost` does (a CPU-only repli
 The dollar figure is token cost plus uptime cost at the model's prices.
 
 Plain Python, no Ray: the driver hosts a :class:`Budget` in one actor shared by all workers
-(``engine.runtime.dispatch.BudgetActor``), a test or a single process uses it directly. A
+(``engine.runtime.budget_actor.BudgetActor``), a test or a single process uses it directly. A
 :class:`BudgetGate` is what a chat client calls around each request.
 
 One ledger may serve several sweep points (``run.budget.scope=sweep``): each call names its point
@@ -370,7 +370,7 @@ class BudgetGate:
 
     ``acquire(est_in, est_out)`` returns an awaitable of ``(reservation or None, reason)`` and
     ``settle(reservation, tokens_in, tokens_out)`` an awaitable: a local :class:`Budget`
-    (:meth:`local`) or the methods of the budget actor (``engine.runtime.dispatch.remote_gate``)."""
+    (:meth:`local`) or the methods of the budget actor (``engine.runtime.budget_actor.remote_gate``)."""
 
     def __init__(self, acquire: Callable[[int, int], Awaitable[tuple[Reservation | None, str]]],
                  settle: Callable[[Reservation, int, int], Awaitable[Any]], shared: bool = False) -> None:

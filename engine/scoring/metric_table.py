@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.scoring import outcomes
+from engine.scoring import outcomes, views
 
 __all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "tables_markdown"]
 
@@ -86,7 +86,7 @@ def _compute(store: Any, names: Iterable[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name in names:
         bench = get_benchmark(name)
-        out += outcomes.reduce_store(store.with_fields(bench.episode_fields), bench)
+        out += views.reduce_store(store.with_fields(bench.episode_fields), bench)
     return out
 
 
@@ -147,7 +147,7 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
         bench = get_benchmark(name)
         mine = [r for r in rows if r["benchmark"] == name]
         for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
-            these, notes = outcomes.table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
+            these, notes = views.table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
             notes += sorted({f"**{w}** ({r['model']} [{r['config_hash'][:8]}])" for r in these
                              for w in bench.config_warnings(json.loads(r["agent"] or "{}"))})
             by = f" (judge {judge})" if judge else " (no judge)"

@@ -46,7 +46,7 @@ class JudgedDir(ShardedDir):
         for r in rows:
             r["batch_id"] = batch_id
         # sorted by configuration in small row groups: a reader of one configuration
-        # (engine.scoring.outcomes.reduce) skips the other configurations' row groups by their statistics
+        # (engine.scoring.views.reduce) skips the other configurations' row groups by their statistics
         t = self._table("judgements", rows, JUDGEMENT_SCHEMA)[0].sort_by("config_hash")
         if t.num_rows:
             self.write(t, "judgements", f"part-{batch_id}.parquet", JUDGEMENT_ROW_GROUP)

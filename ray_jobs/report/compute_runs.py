@@ -22,6 +22,7 @@ from engine.config import config_labels
 from engine.hosting.events import causes, describe, read_events
 from engine.protocol import Benchmark, Row
 from engine.scoring import outcomes, stats
+from engine.scoring import views as sv
 from engine.storage import EpisodeStore
 
 log = logging.getLogger("dateline.report")
@@ -190,7 +191,7 @@ def run_sections(root: Path, n_boot: int, prices: Mapping[str, Prices], judge: s
     return [benchmark_section(root, name, n_boot, prices, judge, all_tasks, score_failures) for name in names]
 
 
-def _group(v: outcomes.ConfigView, label: str = "") -> ConfigGroup:
+def _group(v: sv.ConfigView, label: str = "") -> ConfigGroup:
     return ConfigGroup(v.model, v.config_hash, json.loads(v.agent or "{}"), json.loads(v.data or "{}"), v.rows,
                        label, judge=v.judge, self_judged=v.self_judged, planned=v.planned, policy=v.policy,
                        counts=v.counts(), task_set=v.task_set)
@@ -203,7 +204,7 @@ def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, P
     finished, unless ``all_tasks``), and tokens and cost."""
     bench = get_benchmark(name)
     store = EpisodeStore(root, bench.episode_fields)
-    views = outcomes.config_views(store, bench, None, score_failures)
+    views = sv.config_views(store, bench, None, score_failures)
     groups_by: dict[str, ConfigGroup] = {}
     for v in views:                       # one entry per configuration, whichever judge
         groups_by.setdefault(v.config_hash, _group(v))
@@ -212,7 +213,7 @@ def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, P
     labels = {g.config_hash: g.label for g in groups}
     judges = store.judges()
     # one block per judge: a configuration judged by two judges shows two sets of numbers
-    chosen = outcomes.config_views(store, bench, judge, score_failures) if judge is not None else views
+    chosen = sv.config_views(store, bench, judge, score_failures) if judge is not None else views
     blocks = []
     for jid in sorted({v.judge for v in chosen}):
         mine = [v for v in chosen if v.judge == jid]
@@ -263,13 +264,13 @@ class CrossRunSection:
 def cross_run_section(roots: list[Path], name: str, n_boot: int, judge: str | None = None, all_tasks: bool = False,
                       score_failures: str | None = None) -> CrossRunSection:
     bench = get_benchmark(name)
-    views: list[outcomes.ConfigView] = []
+    views: list[sv.ConfigView] = []
     judges: dict[str, dict[str, str]] = {}
     where: dict[str, Path] = {}
     for i, root in enumerate(roots):
         store = EpisodeStore(root, bench.episode_fields)
         judges |= store.judges()
-        for v in outcomes.config_views(store, bench, judge, score_failures):
+        for v in sv.config_views(store, bench, judge, score_failures):
             key = f"{v.config_hash}@{i}"       # one entry per configuration and run dir
             where[key] = root
             views.append(replace(v, config_hash=key))
@@ -335,15 +336,15 @@ def _vs(e: stats.Estimate, lead: stats.Estimate | None, lower: bool) -> str:
 
 
 def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, str],
-                 views: list[outcomes.ConfigView], labels: dict[str, str], n_boot: int,
+                 views: list[sv.ConfigView], labels: dict[str, str], n_boot: int,
                  all_tasks: bool = False) -> JudgedBlock:
     """Metrics with intervals, paired tests, paper tables, curve and per-task values of
     configurations seen through one judge (or none), compared on the tasks every configuration of
     a dataset finished (``all_tasks``: each over its own plan)."""
-    scoped: list[tuple[outcomes.ConfigView, list[outcomes.Planned] | None]] = []
+    scoped: list[tuple[sv.ConfigView, list[outcomes.Planned] | None]] = []
     special: dict[str, dict[str, set[str]]] = {}        # config hash -> metric -> its comparable tasks
     notes = []
-    for fam in outcomes.families(views).values():
+    for fam in sv.families(views).values():
         if all_tasks or len(fam) < 2:
             scoped += [(v, v.planned) for v in fam]
             continue
@@ -368,7 +369,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
     groups: list[ConfigGroup] = []
     for v, planned in scoped:
         g = _group(v, labels.get(v.config_hash, v.config_hash))
-        mrows, counts = outcomes.metric_rows_of(bench, v, planned)
+        mrows, counts = sv.metric_rows_of(bench, v, planned)
         c_all = g.counts or counts
         metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
@@ -378,7 +379,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         own = {m: outcomes.restrict(v.rows, v.planned, s) if s else v.planned
                for m, s in special.get(v.config_hash, {}).items()}     # metrics compared on fewer tasks
         for m, planned_m in own.items():
-            alt = {r.metric: r for r in outcomes.metric_rows_of(bench, v, planned_m)[0]}
+            alt = {r.metric: r for r in sv.metric_rows_of(bench, v, planned_m)[0]}
             mrows = [alt.get(m, r) if r.metric == m else r for r in mrows]
         plain[g.config_hash] = {m.metric: (m.value, m.n) for m in mrows}
         order += [m.metric for m in mrows if m.metric not in order]

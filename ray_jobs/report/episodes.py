@@ -91,7 +91,7 @@ class Judged:
 def judged_of(store: EpisodeStore, bench: Benchmark[Any], config_hash: str,
               episode_ids: Sequence[str]) -> Judged:
     """The judgements and settings of a configuration, read as ``dateline metrics`` reads them
-    (``outcomes.views_of``)."""
+    (``views.views_of``)."""
     by_judge, judges = store.judged(bench.parse_judgement, config_hash=config_hash, episode_ids=episode_ids)
     plan = store.plans([config_hash]).get(config_hash)
     ev = json.loads(plan.evaluation) if plan is not None and plan.evaluation else None

@@ -10,7 +10,7 @@ from engine.config import (
     engine_batch,
     judge_model_config,
 )
-from engine.runtime.dispatch import remote_gate
+from engine.runtime.budget_actor import remote_gate
 from ray_jobs.budget import (
     judge_budget_gate,
     judge_prices_match,

@@ -14,7 +14,7 @@ from engine.config import (
 )
 from engine.hosting.events import causes, read_events
 from engine.runtime.progress import table
-from engine.scoring import outcomes
+from engine.scoring import outcomes, views
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore, set_aside_episodes
 from ray_jobs.run.planning import Point
@@ -113,7 +113,7 @@ def reduce_metrics(store: EpisodeStore, benchmark: str, judge: str | None = None
     overrides the policy each plan recorded; ``evaluation`` (config hash -> settings) scores
     unjudged views under a run's own settings."""
     bench = get_benchmark(benchmark)
-    return outcomes.reduce_store(store, bench, judge, score_failures, evaluation)
+    return views.reduce_store(store, bench, judge, score_failures, evaluation)
 
 
 def summary(rows: list[dict[str, Any]], config_hash: str) -> str:

@@ -169,7 +169,7 @@ def test_a_sweep_ledgers_records_count_per_point_and_close_the_same_sweep(tmp_pa
 
 
 def test_the_actor_restores_from_the_newest_snapshot_of_its_run(tmp_path):
-    from engine.runtime.dispatch import load_ledger_state
+    from engine.runtime.budget_actor import load_ledger_state
     from engine.storage import EpisodeStore
 
     a, b = EpisodeStore(tmp_path / "a"), EpisodeStore(tmp_path / "b")
@@ -187,7 +187,7 @@ def test_the_actor_restores_from_the_newest_snapshot_of_its_run(tmp_path):
 def test_a_dead_ledger_actor_raises_ledger_lost_not_a_ray_error():
     from ray.exceptions import ActorDiedError
 
-    from engine.runtime.dispatch import remote_gate
+    from engine.runtime.budget_actor import remote_gate
 
     class Method:
         def remote(self, *a: Any) -> Any:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm import Endpoint
 from engine.runtime.writer import StoreWriter
-from engine.scoring import outcomes
+from engine.scoring import views
 from engine.storage import JUDGEMENT_ROW_GROUP, EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.judge import JudgeStream, run_judge_identity, run_judge_stage
@@ -176,8 +176,8 @@ def _store_of_three_configs(tmp_path, unfinished: bool = True):
 
 def test_the_per_configuration_reduce_gives_the_rows_of_the_whole_store_reduce(tmp_path):
     store, cfg = _store_of_three_configs(tmp_path)
-    whole = outcomes.reduce(LIVE, outcomes.config_views(store, LIVE))
-    streamed = outcomes.reduce_store(store, LIVE)
+    whole = views.reduce(LIVE, views.config_views(store, LIVE))
+    streamed = views.reduce_store(store, LIVE)
     assert streamed == whole
     acc = {(r["config_hash"], r["scope"]): (r["value"], r["n"]) for r in streamed if r["metric"] == "accuracy"}
     assert acc[("ca", "all")] == (0.75, 4)           # its judgements found by episode id (no config_hash)
@@ -191,7 +191,7 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
     """Nothing to cut: the common-task rows are the plan's rows in another scope, and no
     configuration is read again; the rows are still those of the whole-store reduce."""
     store, _ = _store_of_three_configs(tmp_path, unfinished=False)
-    whole = outcomes.reduce(LIVE, outcomes.config_views(store, LIVE))
+    whole = views.reduce(LIVE, views.config_views(store, LIVE))
     reads: list[str] = []
     tables: list[str] = []
     judged, read = store.judged, store.read
@@ -205,7 +205,7 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
         return read(table, *a, **kw)
 
     store.judged, store.read = spy, spy_read
-    assert outcomes.reduce_store(store, LIVE) == whole
+    assert views.reduce_store(store, LIVE) == whole
     assert sorted(reads) == ["ca", "cb", "cc"]                 # once each
     assert tables.count("judgements") == 3                     # one read of the table per configuration
     assert {r["scope"] for r in whole} == {"all", "common"}
@@ -226,6 +226,6 @@ def test_the_per_configuration_reduce_reads_one_configuration_at_a_time(tmp_path
         return judged(*a, **kw)
 
     store.episodes, store.judged = spy_episodes, spy_judgements
-    outcomes.reduce_store(store, LIVE)
+    views.reduce_store(store, LIVE)
     assert "ALL EPISODES" not in asked and "ALL JUDGEMENTS" not in asked and None not in asked
     assert set(asked) == {"ca", "cb", "cc"}

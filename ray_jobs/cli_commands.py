@@ -1,0 +1,193 @@
+"""The commands of ``dateline`` that read a run dir (``metrics``, ``tables``, ``show``, ``repair``)
+and ``analyst-checklists``: what each prints. ``ray_jobs/cli.py`` parses the command line and
+dispatches here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from engine.runtime.progress import table  # stdlib only: the CLI starts fast
+from ray_jobs.cli_errors import CliError
+
+
+def _require_run_dir(path: str, table: str = "episodes") -> None:
+    """Read-only commands look before they touch: nothing is created at a wrong path."""
+    from engine.storage import is_run_dir
+
+    if not is_run_dir(path, table):
+        raise CliError(f"no run dir at {path} (no {table}/ folder there)")
+
+
+def metrics(a: argparse.Namespace) -> int:
+    """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: compute and print
+    a run's metrics table under these flags (nothing is written)."""
+    from engine.benchmarks import get_benchmark
+    from engine.scoring.judges import SELF_JUDGED
+    from engine.scoring.outcomes import count_notes, interval_cell, n_cell
+    from engine.scoring.views import first_per_config
+    from engine.storage import EpisodeStore
+    from ray_jobs.run.results import reduce_metrics
+
+    judge, policy = a.judge, a.score_failures
+    for x in a.legacy:                  # the older judge=J / score_failures=X forms
+        k, _, v = x.partition("=")
+        if k == "judge" and v:
+            judge = v
+        elif k == "score_failures" and v in ("as_wrong", "exclude"):
+            policy = v
+        else:
+            raise CliError(f"unexpected argument {x!r} (see dateline metrics --help)")
+    _require_run_dir(a.run_dir)
+    bench = get_benchmark(a.benchmark)
+    store = EpisodeStore(a.run_dir, bench.episode_fields)
+    # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
+    rows = reduce_metrics(store, a.benchmark, judge, policy)
+    mine = [r for r in rows if r.get("scope") == "all"]
+    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
+                           [(r["model"], r["config_hash"],
+                             (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
+                             r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
+    for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
+        sys.stdout.write(note + "\n")
+    for r in first_per_config(mine):                # its judge's coverage, its plan
+        for note in count_notes(r):
+            sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")
+    if any(r["self_judged"] for r in rows):
+        sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
+                         "test; they are not measurements of quality.\n")
+    return 0
+
+
+def show(a: argparse.Namespace) -> int:
+    """``dateline show RUN_DIR [EPISODE]``: the episodes, or one episode's transcript."""
+    from engine.benchmarks import get_benchmark
+    from engine.storage import EpisodeStore
+    from ray_jobs.report import episodes as ev
+
+    _require_run_dir(a.run_dir)
+    store = EpisodeStore(a.run_dir)
+    if a.episode:
+        ids = ev.find(store, a.episode)
+        by_task = False
+        if not ids:                 # a task id: its one episode (or the list of them)
+            cands = store.episodes(["episode_id", "task_id", "config_hash"]).to_pylist()
+            ids = sorted(r["episode_id"] for r in cands if r["task_id"] == a.episode
+                         and (not a.config or str(r["config_hash"]).startswith(a.config)))
+            by_task = True
+        if not ids:
+            raise CliError(f"no episode or task {a.episode!r} in {a.run_dir}")
+        if len(ids) > 1:
+            what = "task" if by_task else "prefix"
+            raise CliError(f"{what} {a.episode!r} matches {len(ids)} episodes ({', '.join(i[:12] for i in ids[:5])}"
+                           f"{' ...' if len(ids) > 5 else ''}): give an episode id"
+                           + (" or --config" if by_task else " (more of it)"))
+        (row,) = store.episodes(["benchmark"], episode_ids=ids).to_pylist()
+        bench = get_benchmark(row["benchmark"])
+        view = ev.load(EpisodeStore(a.run_dir, bench.episode_fields), bench, ids[0])
+        sys.stdout.write(ev.render_text(view, 0 if a.full else 2000))
+        return 0
+    if a.full:
+        raise CliError("--full applies to one episode's transcript: give EPISODE")
+    t = store.episodes(["episode_id", "config_hash", "model", "task_id", "seed", "status", "finish_reason", "n_steps",
+                        "tokens_in", "tokens_out", "error"])
+    rows = [r for r in t.to_pylist() if (not a.status or r["status"] == a.status)
+            and (not a.config or str(r["config_hash"]).startswith(a.config))]
+    from engine.scoring.outcomes import error_kind
+
+    sys.stdout.write(table(["episode", "config", "model", "task", "seed", "status", "finish", "steps", "tokens",
+                            "error kind"],
+                           [(r["episode_id"][:16], r["config_hash"][:8], r["model"], r["task_id"], r["seed"],
+                             r["status"], r["finish_reason"], r["n_steps"], f"{r['tokens_in']}+{r['tokens_out']}",
+                             error_kind(r) if r["status"] != "ok" else "")
+                            for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
+    sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
+    from engine.storage import set_aside_episodes
+
+    have = set(t["episode_id"].to_pylist())
+    if aside := {e: why for e, why in set_aside_episodes(store).items() if e not in have}:
+        sys.stdout.write(f"{len(aside)} more ran but could not be stored (set aside in {a.run_dir}/quarantine; the "
+                         "same command runs them again):\n" + "".join(f"  {why}\n" for why in list(aside.values())[:5]))
+    from engine.hosting.events import describe, read_events
+
+    if lines := describe(read_events(store)):     # what the model replicas went through, by cause
+        sys.stdout.write("replicas (every run of this run dir):\n" + "\n".join(f"  {ln}" for ln in lines) + "\n")
+    return 0
+
+
+def repair(root: str, dry: bool) -> int:
+    """``dateline repair RUN_DIR [--dry-run]``: move every shard that cannot be read aside."""
+    from engine.runtime.runlock import RunDirLock
+    from engine.storage import EpisodeStore, PairwiseStore, is_run_dir
+
+    pairwise = is_run_dir(root, "comparisons")
+    if not pairwise and not is_run_dir(root):
+        raise CliError(f"no run dir at {root} (no episodes/ or comparisons/ folder)")
+    with RunDirLock(root, "dateline repair"):
+        store = PairwiseStore(root) if pairwise else EpisodeStore(root)
+        moved = store.repair(dry_run=dry)
+    for path, dest, why in moved:
+        sys.stdout.write(f"{'would move' if dry else 'moved'} {path} -> {dest}: {why}\n")
+    sys.stdout.write(f"{len(moved)} unreadable shard(s){' found' if dry else ' moved aside'}; every other row is "
+                     f"kept{'' if dry or not moved else '. Re-run the same command to run their episodes again'}\n")
+    return 0
+
+
+def analyst_checklists(cfg: Any, session: Any) -> None:
+    """Build every missing checklist of the configured analyst tasks with the configured judge
+    (the logic: engine/benchmarks/analyst/checklists.py), and say per task what happened."""
+    from engine.benchmarks import get_benchmark
+    from engine.benchmarks.analyst import checklists
+    from engine.config import to_plain, validate
+    from engine.scoring.judges import judge_identity
+    from engine.storage import local_root
+    from ray_jobs.judge import judge_endpoints
+    from ray_jobs.run.planning import needed_cpus, run_dir
+
+    validate(cfg)
+    b = cfg.benchmark
+    if b.name != "analyst" or cfg.judge.kind == "none":
+        raise SystemExit("analyst-checklists: needs benchmark=analyst and a judge to write the checklists "
+                         "(judge=openai_compatible, judge=hosted_model, or judge=self: the model under test writes "
+                         "them, and every table flags its scores)")
+    bench = get_benchmark("analyst")
+    tasks = [t for t in bench.load_tasks(cfg) if not t.checklist]
+    if not tasks:
+        sys.stdout.write("every task has a checklist\n")
+        return
+
+    def hosted(m: Any) -> Any:
+        session.ensure_ray(cfg, needed_cpus(cfg, bench))
+        return session.pool(m, local_root(run_dir(cfg)) / "logs")       # a URI run dir: its local folder
+
+    ident = judge_identity(cfg)
+    who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "weights": ident.weights,
+           "temperature": cfg.judge.temperature, "judge_config": to_plain(cfg.judge)}
+    results = checklists.build(tasks, b, judge_endpoints(cfg, hosted), cfg.judge, who)
+    for r in results:
+        sys.stdout.write(f"{r.task_id}: {r.status} {r.path} {r.detail}\n")
+    if any(r.status in ("failed", "endpoint_error") for r in results):
+        raise SystemExit(1)
+
+
+def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
+    """Print every table the benchmarks of a run directory define, in the default view (each
+    plan's failure policy, every judge: engine/scoring/metric_table.py; the cache ``dateline run`` wrote
+    while it is current, else recomputed): one set per judge, compared configurations on the
+    tasks all of them finished (``all_tasks``: each over its own plan), incomplete ones marked.
+    It writes nothing (``dateline run`` writes ``metrics/tables.md``)."""
+    from engine.scoring.metric_table import metric_table, store_benchmarks, tables_markdown
+    from engine.storage import EpisodeStore
+
+    _require_run_dir(run_dir)
+    store = EpisodeStore(run_dir)
+    have = store_benchmarks(store)
+    if benchmark is not None and benchmark not in have:
+        raise CliError(f"{run_dir} has no {benchmark} episodes (it has: {', '.join(have) or 'none'})")
+    names = [benchmark] if benchmark else have
+    if not names:
+        sys.stderr.write(f"{run_dir}: no episodes yet\n")
+        return 1
+    sys.stdout.write(tables_markdown(metric_table(store, names), names, all_tasks))
+    return 0
