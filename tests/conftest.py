@@ -4,7 +4,11 @@
   ``dateline run`` subprocess, ``ray start``...). Enforced: every Ray session started during a
   test lands under this pytest run's own ``RAY_TMPDIR`` (set below), and a test without the
   marker that leaves a new ``session_*`` folder there errors at teardown. So
-  ``pytest -m "not real and not ray"`` (the fast tier) never starts Ray.
+  ``pytest -m "not real and not ray and not slow"`` (the fast tier) never starts Ray.
+* ``@pytest.mark.slow``: the test takes over about 0.4 s on a 2-core machine (a sandbox, a
+  browser, a server or driver process, moto S3, a whole run in process). The fast tier
+  (``-m "not real and not ray and not slow"``) leaves it out; the full suite runs it. A fast-tier
+  run lists the unmarked tests that took over a second, so the tier stays fast.
 * ``@pytest.mark.real``: the test needs the prepared offline model (and most start vLLM), or,
   as ``real(model=False)``, real data too large for the dev loop. When
   the model is not prepared it is skipped with the folder and the command that prepares it,
@@ -85,8 +89,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
         raise pytest.fail.Exception(
             f"{item.nodeid} started Ray ({len(new)} session(s) under {ray_temp_dir()}) but is not marked "
             "@pytest.mark.ray: mark it (or its module's pytestmark), so the fast tier "
-            '(-m "not real and not ray") stays free of Ray', pytrace=False)
+            '(-m "not real and not ray and not slow") stays free of Ray', pytrace=False)
     return result
+
+
+_SLOW_S = 1.0
+_slow_unmarked: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.duration > _SLOW_S and "slow" not in report.keywords:
+        _slow_unmarked.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    if _slow_unmarked and "not slow" in (config.option.markexpr or ""):
+        terminalreporter.write_line(f"fast tier: {len(_slow_unmarked)} test(s) without @pytest.mark.slow took over "
+                                    f"{_SLOW_S:.0f} s (mark them, or make them faster):")
+        for d, nodeid in sorted(_slow_unmarked, reverse=True)[:10]:
+            terminalreporter.write_line(f"  {d:5.2f} s  {nodeid}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -79,3 +79,20 @@ def metrics_of(bench: Any, rows: list[dict[str, Any]], judged: bool = True, poli
     rows = [dict(r, judge=r.get("judge", "j" if judged else "")) for r in rows]
     out, c = outcomes.metric_rows(bench, rows, planned, policy, judged)
     return {"scored_share": MetricRow("scored_share", c.n_scored / c.n_planned, c.n_planned), **{m.metric: m for m in out}}
+
+
+def judge_as_a_run_does(cfg: Any, bench: Any, store: Any, config_hash: str,
+                        endpoints: Any = lambda m: []) -> dict[str, Any]:
+    """Judge one configuration's stored episodes the way ``dateline run`` does
+    (``ray_jobs/run/judging.py`` and ``waves.py``): a :class:`~ray_jobs.judge.JudgeStream` on the
+    judge's endpoints (``endpoints(model_config)`` hosts a judge model), fed the configuration's
+    ok rows, then finished. Returns its stats (requests, ok, failed, ...)."""
+    from ray_jobs.judge import JudgeStream, judge_endpoints
+
+    stream = JudgeStream(flush_s=0.05)
+    try:
+        stream.add("point", cfg, bench, store, judge_endpoints(cfg, endpoints), None, None, config_hash)
+        stream.submit("point", store.episodes(config_hash=config_hash, ok_only=True).to_pylist())
+        return stream.finish("point")
+    finally:
+        stream.close()

@@ -40,6 +40,7 @@ def pages(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_render_follow_screenshot(browser: br.Browser, pages: Path, tmp_path: Path) -> None:
     t0 = time.monotonic()
     page = browser.open(pages / "index.html")
@@ -75,6 +76,7 @@ def test_render_follow_screenshot(browser: br.Browser, pages: Path, tmp_path: Pa
     assert w == 400 and h > 100
 
 
+@pytest.mark.slow
 def test_js_errors_and_wait_for(browser: br.Browser, tmp_path: Path) -> None:
     (tmp_path / "late.html").write_text("""<body><div id=out>loading</div><script>
 setTimeout(() => { document.getElementById('out').textContent = 'filled in later'; }, 300);
@@ -85,6 +87,7 @@ undefinedFunction();
     assert len(page.errors) == 1 and "undefinedFunction" in page.errors[0]
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_browser(tmp_path: Path) -> None:
     (tmp_path / "p.html").write_text("<p>never true</p>")
     with br.Browser(timeout=60) as b:
@@ -98,6 +101,7 @@ def test_timeout_kills_the_browser(tmp_path: Path) -> None:
         assert "never true" in b.render(tmp_path / "p.html")
 
 
+@pytest.mark.slow
 def test_one_shot_functions(pages: Path, tmp_path: Path) -> None:
     assert "Written by JavaScript" in br.render((pages / "index.html").as_uri())
     png = br.screenshot(pages / "index.html", tmp_path / "one.png", width=800, height=500)

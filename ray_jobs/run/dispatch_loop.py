@@ -26,7 +26,8 @@ from ray_jobs import stopping
 from ray_jobs.budget import (
     budget_exhausted_rows,
 )
-from ray_jobs.judge import JudgeFleet, JudgeStream
+from ray_jobs.judge import JudgeStream
+from ray_jobs.judge_fleet import JudgeFleet
 from ray_jobs.run.planning import Point
 from ray_jobs.session import Session
 from ray_jobs.sizing import derived_workers

@@ -15,7 +15,8 @@ from ray_jobs.budget import (
     judge_budget_gate,
     judge_prices_match,
 )
-from ray_jobs.judge import JudgeFleet, JudgeStream, judge_endpoints
+from ray_jobs.judge import JudgeStream, judge_endpoints
+from ray_jobs.judge_fleet import JudgeFleet
 from ray_jobs.run.planning import Point
 from ray_jobs.session import Session
 

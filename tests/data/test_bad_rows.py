@@ -452,6 +452,7 @@ def _bad_newsagent(tmp_path: Path) -> tuple[Path, int]:
     return d, row
 
 
+@pytest.mark.slow
 def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     """make_point (the driver) loads the tasks through NewsAgentBenchmark.load_tasks with
     on_bad_rows=skip: the good tasks are planned, the bad rows are in RUN_DIR/quarantine and

@@ -202,6 +202,7 @@ def test_endpoint_failure_is_an_error_row_not_a_crash(sample_dataset, sample_ind
     assert res["episode"]["status"] == "error" and "GenerationError" in res["episode"]["error"]
 
 
+@pytest.mark.slow
 def test_episodes_run_concurrently(sample_index, sample_dataset):
     """Episodes of one worker overlap: the server sees several requests in flight at once."""
     out, _ = run_episodes(sample_index, sample_dataset.tasks[:4], scripted_writer,

@@ -79,6 +79,7 @@ def test_unsettled_reservation_expires_and_is_charged_in_full():
     assert b.spent().tokens_out == 300
 
 
+@pytest.mark.slow
 def test_concurrent_reservations_never_exceed_the_cap():
     """50 calls at once, a cap that admits exactly 7 worst cases: 7 run, the others wait; as the 7
     settle below their worst case, 4 more fit; once the rest can never fit, they are refused."""
@@ -219,6 +220,7 @@ def test_context_gate_reaches_router_clients_and_failed_calls_release():
     asyncio.run(go("http://127.0.0.1:9/v1"))
 
 
+@pytest.mark.slow
 def test_episode_runner_stores_budget_exhausted_with_its_steps():
     from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
     from engine.benchmarks.livenews.service import WebService

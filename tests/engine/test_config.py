@@ -53,6 +53,7 @@ def test_bad_overrides_fail_at_composition(override, kind, message):
     assert message in str(e.value) or message in str(e.value.__cause__)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "conf" / "model").glob("*.yaml")))
 def test_every_model_config_composes_to_what_its_file_says(name, monkeypatch):
     """Each conf/model file composes; every key it sets arrives as written, every other key
@@ -126,6 +127,7 @@ def test_multirun_sweep(tmp_path):
     assert min(by_config.values()) <= 3 and max(by_config.values()) <= 5
 
 
+@pytest.mark.slow
 def test_local_cluster_is_sized_for_the_whole_run_whichever_stage_starts_it():
     """A sweep whose first point only judges (all episodes reused) starts Ray from the judge
     stage; the cluster must still fit the next point's episode workers (a 2-CPU cluster held by
@@ -182,6 +184,7 @@ REFUSED_BY_HYDRA = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "overrides"), SAME_AS_HYDRA)
 def test_cached_compose_equals_hydra(name, overrides):
     from ray_jobs.configs import _compose, _compose_uncached
@@ -190,6 +193,7 @@ def test_cached_compose_equals_hydra(name, overrides):
     assert _compose(name, overrides) == _compose_uncached(name, overrides)          # from the cache
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", REFUSED_BY_HYDRA)
 def test_cached_compose_refuses_what_hydra_refuses(overrides):
     from ray_jobs.configs import _compose, _compose_uncached

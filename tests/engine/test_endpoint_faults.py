@@ -36,6 +36,7 @@ async def _chat(srv: FaultServer, sampling: SamplingParams = FAST, **kw):
         await c.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"])
 def test_each_fault_is_retried_then_the_call_succeeds(kind):
     with FaultServer(hello, script=[kind, "ok"], retry_after_s=0.3, timeout_s=3.0) as srv:
@@ -45,6 +46,7 @@ def test_each_fault_is_retried_then_the_call_succeeds(kind):
         assert srv.times[1] - srv.times[0] >= 0.3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["429", "503", "reset", "badjson", "empty"])
 def test_a_call_that_keeps_failing_stops_after_its_retries(kind):
     with FaultServer(hello, mix={kind: 1.0}, retry_after_s=0.05) as srv:
@@ -74,6 +76,7 @@ def test_a_rejected_request_is_not_retried():
         assert len(srv.requests) == 1
 
 
+@pytest.mark.slow
 def test_an_episode_stops_when_its_retry_budget_is_spent():
     """Many calls, each failing once then succeeding: the episode's budget (3) ends it at the
     fourth retry, although every single call was within its own cap."""
@@ -146,6 +149,7 @@ def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_
     assert len(eps) == 6 and all(e["status"] == "ok" for e in eps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"] + ["refused"])
 def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
     """Model calls go over the SDK's aiohttp transport (engine.llm.client._http_client), whose own error

@@ -24,6 +24,7 @@ def points(monkeypatch: pytest.MonkeyPatch, *overrides: str) -> list[tuple[str, 
     return got
 
 
+@pytest.mark.slow
 def test_budget_ablations_sweep_every_benchmark_in_one_command(monkeypatch):
     got = points(monkeypatch)
     assert [(b, k, v) for b, k, v, _ in got] == [

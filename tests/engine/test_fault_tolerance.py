@@ -61,6 +61,7 @@ def test_a_call_fails_over_to_a_live_replica():
         assert r.reroutes == 1 and client.endpoint.replica == 1          # it sticks to the live one now
 
 
+@pytest.mark.slow
 def test_a_call_waits_for_a_restarted_server():
     first = FakeOpenAI(lambda m, q: "old")
     port = first.server.server_address[1]
@@ -112,6 +113,7 @@ def call(r: Router, client: Any) -> Any:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_restart_its_pool_decided_on_spends_none_of_the_episodes_retries():
     """The pool takes its only replica out of rotation and restarts it twice while an episode's call
     waits (the port refuses meanwhile): the call waits for the replica to come back into rotation
@@ -150,6 +152,7 @@ def test_a_restart_its_pool_decided_on_spends_none_of_the_episodes_retries():
     assert client.retries.used == 0 and client.calls[-1].error == ""
 
 
+@pytest.mark.slow
 def test_a_wait_for_a_replica_is_bounded_and_names_the_pools_cause():
     from engine.llm import ReplicaUnavailable
     from engine.scoring.outcomes import error_kind

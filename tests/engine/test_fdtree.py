@@ -116,6 +116,7 @@ def test_chown_never_goes_through_a_folder_swapped_for_a_link(tmp_path):
     assert after["f0000"][1] & stat.S_ISUID
 
 
+@pytest.mark.slow
 def test_clear_removes_any_depth_and_never_follows_a_link(tmp_path):
     hostdir = tmp_path / "host"
     hostdir.mkdir()
@@ -143,6 +144,7 @@ def test_clear_removes_any_depth_and_never_follows_a_link(tmp_path):
     assert (hostdir / "keep.txt").read_text() == "host"
 
 
+@pytest.mark.slow
 def test_a_walk_tolerates_entries_that_vanish(tmp_path):
     top = tmp_path / "folder"
     (top / "churn").mkdir(parents=True)

@@ -3,13 +3,16 @@ recorded (never guessed), resume without re-judging, and metrics that read the j
 
 from __future__ import annotations
 
+import pytest
+
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
-from ray_jobs.judge import run_judge_identity, run_judge_stage
+from ray_jobs.judge import run_judge_identity
 from ray_jobs.run import reduce_metrics
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import judge_as_a_run_does
 
 
 def episode(i: int, answer: str, reason: str = "finish") -> dict:
@@ -17,6 +20,7 @@ def episode(i: int, answer: str, reason: str = "finish") -> dict:
                        question=f"question {i}?", gold=f"gold {i}", n_searches=2, n_visits=1, n_turns=3)
 
 
+@pytest.mark.slow
 def test_judge_stage(tmp_path):
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     store.write_batch([episode(0, "gold 0"), episode(1, "wrong"), episode(2, "dunno"), episode(3, "x"),
@@ -37,13 +41,13 @@ def test_judge_stage(tmp_path):
         cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
                        f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
                        "judge.max_attempts=3", "benchmark.judge_probes=false"])
-        stats = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        stats = judge_as_a_run_does(cfg, BENCHMARK, store, "c")
         assert stats["requests"] == 4 and stats["ok"] == 3 and stats["failed"] == 1
         assert srv.max_inflight >= 2                      # sent as a batch, not one by one
         assert calls == {"e0": 1, "e1": 1, "e2": 2, "e3": 3}
         # a re-run judges nothing: failures are recorded, not retried forever
-        again = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
-        assert again["requests"] == 0 and again["rounds"] == 0 and calls["e3"] == 3
+        again = judge_as_a_run_does(cfg, BENCHMARK, store, "c")
+        assert again["requests"] == 0 and calls["e3"] == 3
 
     judge_id = run_judge_identity(cfg, BENCHMARK).id
     j = store.judgements(judge_id)
@@ -60,8 +64,6 @@ def test_judge_stage(tmp_path):
 def test_judge_none_skips(tmp_path):
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     store.write_batch([episode(0, "a")], [])
-    cfg = compose(["benchmark=livenews", "agent=livenews", "judge=none"])
-    assert run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: []) == {"skipped": "judge.kind=none"}
     rows = reduce_metrics(store, "livenews")
     m = {r["metric"]: r["value"] for r in rows}
     # no judge: no accuracy at all (never 0 from "nothing was graded"), and the rows say how to get one
@@ -69,8 +71,9 @@ def test_judge_none_skips(tmp_path):
     assert all(r["note"].startswith("ungraded: name a judge") for r in rows)
 
 
+@pytest.mark.slow
 def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
-    """A timeout or server error is not a verdict: it is recorded, and the next stage run asks
+    """A timeout or server error is not a verdict: it is recorded, and the next run asks
     again (a malformed answer, in contrast, is final)."""
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     store.write_batch([episode(0, "gold 0"), episode(1, "x")], [])
@@ -86,11 +89,11 @@ def test_endpoint_failures_are_asked_again_by_the_next_stage(tmp_path):
         cfg = compose(["benchmark=livenews", "agent=livenews", "judge=openai_compatible",
                        f"judge.base_url={srv.base_url}", "judge.model=fake-judge", "judge.api_key_env=",
                        "judge.max_attempts=2", "benchmark.judge_probes=false"])
-        first = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
-        assert first["ok"] == 1 and first["failed"] == 1 and first["rounds"] == 1   # not re-asked within the stage
+        first = judge_as_a_run_does(cfg, BENCHMARK, store, "c")
+        assert first["ok"] == 1 and first["failed"] == 1 and first["requests"] == 2   # not re-asked within the run
         judge_id = run_judge_identity(cfg, BENCHMARK).id
         assert store.judgements(judge_id)["e1"] == {"grade": None}
         broken["on"] = False
-        second = run_judge_stage(cfg, BENCHMARK, store, "c", endpoints=lambda: [])
+        second = judge_as_a_run_does(cfg, BENCHMARK, store, "c")
         assert second["requests"] == 1 and second["ok"] == 1
     assert store.judgements(judge_id)["e1"] == {"grade": "INCORRECT"}

@@ -16,12 +16,12 @@ from engine.scoring.judges import judge_identity, judged_views
 from engine.scoring.pairwise import pair_outcomes, plan
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore, PairwiseStore
 from ray_jobs.configs import compose
-from ray_jobs.judge import run_judge_stage
 from ray_jobs.report import build, main, sign_tests
 from ray_jobs.run import needed_cpus, reduce_metrics, summary
 from ray_jobs.session import Session
 from tests.engine.test_judge import episode
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import judge_as_a_run_does
 
 QWEN = "qwen2.5-coder-0.5b-instruct"       # the default model's name (conf/model/local_cpu.yaml)
 
@@ -37,7 +37,7 @@ def _judged_by_two(tmp_path):
     store.write_batch([episode(i, f"gold {i}") for i in range(4)], [])
     with FakeOpenAI(lambda m, r: "B") as strict, FakeOpenAI(lambda m, r: "A") as lenient:
         for srv, name in ((strict, "strict-judge"), (lenient, "lenient-judge")):
-            run_judge_stage(compose(_openai_judge(srv.base_url, name)), LIVE, store, "c", endpoints=lambda m: [])
+            judge_as_a_run_does(compose(_openai_judge(srv.base_url, name)), LIVE, store, "c")
     return store
 
 
@@ -50,6 +50,7 @@ def test_every_judgement_row_carries_the_judge_identity(tmp_path):
     assert all(r["judge"].startswith(r["judge_model"] + ":") for r in rows)
 
 
+@pytest.mark.slow
 def test_metrics_are_computed_per_judge_never_blended(tmp_path):
     store = _judged_by_two(tmp_path)
     rows = reduce_metrics(store, "livenews")
@@ -67,6 +68,7 @@ def test_metrics_are_computed_per_judge_never_blended(tmp_path):
     assert {r["judge_model"] for r in reduce_metrics(store, "livenews", judge=jid[:16])} == {"strict-judge"}
 
 
+@pytest.mark.slow
 def test_report_shows_each_judge_in_its_own_labelled_block(tmp_path):
     store = _judged_by_two(tmp_path / "run")
     build([store.root], tmp_path / "rep", n_boot=20)
@@ -101,12 +103,13 @@ def test_a_parser_fix_applies_to_stored_judgements(tmp_path):
     assert m["accuracy"]["value"] == pytest.approx(0.5)        # e0 is malformed now, e1 correct
 
 
+@pytest.mark.slow
 def test_self_judged_numbers_say_so_in_bold(tmp_path):
     store = EpisodeStore(tmp_path / "run", LIVE.episode_fields)
     store.write_batch([dict(episode(i, f"gold {i}"), model=QWEN) for i in range(3)], [])
     cfg = compose(["benchmark=livenews", "agent=livenews", "judge=self"])   # asked for: the model grades itself
     with FakeOpenAI(lambda m, r: "A") as srv:
-        run_judge_stage(cfg, LIVE, store, "c", endpoints=lambda m: [Endpoint(srv.base_url, m.served_name, "")])
+        judge_as_a_run_does(cfg, LIVE, store, "c", endpoints=lambda m: [Endpoint(srv.base_url, m.served_name, "")])
     rows = reduce_metrics(store, "livenews")
     assert rows and all(r["self_judged"] for r in rows)
     assert "**SELF-JUDGED**" in summary(rows, "c")
@@ -132,7 +135,7 @@ def test_a_hosted_judge_model_of_its_own(tmp_path):
         def endpoints(m: ModelConfig) -> list[Endpoint]:
             asked.append(m.name)
             return [Endpoint(srv.base_url, m.served_name, "")]
-        run_judge_stage(cfg, LIVE, store, "c", endpoints=endpoints)
+        judge_as_a_run_does(cfg, LIVE, store, "c", endpoints=endpoints)
     assert asked == ["judge-b"]
     rows = reduce_metrics(store, "livenews")
     assert {r["judge_model"] for r in rows} == {"judge-b"} and not any(r["self_judged"] for r in rows)
@@ -209,6 +212,7 @@ def test_sign_test_counts_pairs_not_both_orders():
     assert (wins, losses, ties) == (0, 0, 6) and p != p
 
 
+@pytest.mark.slow
 def test_report_sign_tests_are_per_pair_and_holm_adjusted(tmp_path):
     tasks = [f"t{i}" for i in range(6)]
     arts = {s: {t: f"{s} {t}" for t in tasks} for s in ("x", "y", "z")}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow.parquet as pq
+import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm import Endpoint
@@ -14,9 +15,10 @@ from engine.runtime.writer import StoreWriter
 from engine.scoring import views
 from engine.storage import JUDGEMENT_ROW_GROUP, EpisodeStore
 from ray_jobs.configs import compose
-from ray_jobs.judge import JudgeStream, run_judge_identity, run_judge_stage
+from ray_jobs.judge import JudgeStream, run_judge_identity
 from tests.engine.test_judge import episode
 from tests.fake_openai import FakeOpenAI
+from tests.helpers import judge_as_a_run_does
 
 
 def _judge_cfg(url: str, *extra: str):
@@ -80,6 +82,7 @@ def test_a_failing_hand_off_to_the_judges_is_the_drivers_error(tmp_path):
     assert store.finished_ids() == {"ca-e0"}              # the episode itself was stored
 
 
+@pytest.mark.slow
 def test_the_thread_stream_waits_for_rows_still_being_handed_over(tmp_path):
     """finish(key, expect) returns only once ``expect`` rows arrived (a judge actor's submits may
     run after its finish call starts), then every judgement is stored."""
@@ -160,7 +163,7 @@ def _store_of_three_configs(tmp_path, unfinished: bool = True):
     with FakeOpenAI(grade) as srv:
         cfg = _judge_cfg(srv.base_url)
         for c in ("ca", "cb", "cc"):             # the judge stage judges one configuration at a time
-            run_judge_stage(cfg, LIVE, store, c, endpoints=lambda m: [])
+            judge_as_a_run_does(cfg, LIVE, store, c)
     # config ca's rows as written before the column: no config_hash
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -174,6 +177,7 @@ def _store_of_three_configs(tmp_path, unfinished: bool = True):
     return store, cfg
 
 
+@pytest.mark.slow
 def test_the_per_configuration_reduce_gives_the_rows_of_the_whole_store_reduce(tmp_path):
     store, cfg = _store_of_three_configs(tmp_path)
     whole = views.reduce(LIVE, views.config_views(store, LIVE))
@@ -187,6 +191,7 @@ def test_the_per_configuration_reduce_gives_the_rows_of_the_whole_store_reduce(t
     assert {r["judge"] for r in streamed} == {run_judge_identity(cfg, LIVE).id}
 
 
+@pytest.mark.slow
 def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
     """Nothing to cut: the common-task rows are the plan's rows in another scope, and no
     configuration is read again; the rows are still those of the whole-store reduce."""
@@ -211,6 +216,7 @@ def test_a_family_that_finished_every_task_is_not_read_twice(tmp_path):
     assert {r["scope"] for r in whole} == {"all", "common"}
 
 
+@pytest.mark.slow
 def test_the_per_configuration_reduce_reads_one_configuration_at_a_time(tmp_path):
     store, _ = _store_of_three_configs(tmp_path)
     asked: list[object] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.llm import ChatClient, Endpoint, Router, SamplingParams
 from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
@@ -20,6 +22,7 @@ def test_router_is_sticky_and_spreads():
     assert 20 < sum(picks) < 44                                         # both replicas used
 
 
+@pytest.mark.slow
 def test_episodes_stay_on_one_replica_and_inflight_is_bounded(sample_index, sample_dataset):
     async def go(a, b):
         eps = [Endpoint(a.base_url, "m", replica=0), Endpoint(b.base_url, "m", replica=1)]

@@ -170,6 +170,7 @@ def _judge_prefers(order: list[str], malformed_for: str = "sample-03"):
     return responder
 
 
+@pytest.mark.slow
 def test_pairwise_stage_and_report(tmp_path):
     run_a, run_b = _runs(tmp_path)
     out = tmp_path / "pw"
@@ -227,6 +228,7 @@ def test_pairwise_stage_and_report(tmp_path):
     assert cells[2 + cols[2:].index("Readability")] == "100 / 0 / 0 (n=4)"
     assert cells[2 + cols[2:].index("Objectivity")] == "100 / 0 / 0 (n=2)"   # partial verdicts left it out
 
+@pytest.mark.slow
 def test_pairwise_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="runs"):
         compose_pairwise([])
@@ -268,6 +270,7 @@ def test_current_plan_status():
     assert CurrentPlan(None, None, None).status(rows[1]) == CURRENT                        # nothing known: counted
 
 
+@pytest.mark.slow
 def test_report_counts_only_current_plan_and_current_texts(tmp_path):
     """A stage judges 10 comparisons; then run A's sample-01 episode is re-run with a new output.
     Its two verdicts (A-B and A-reference on sample-01) were on the old text: the report leaves them

@@ -193,6 +193,7 @@ def _run_dir(tmp_path):
     return store.root
 
 
+@pytest.mark.slow
 def test_report_run_directory(tmp_path):
     root = _run_dir(tmp_path)
     html_path = build([str(root)], tmp_path / "rep", n_boot=300)
@@ -211,6 +212,7 @@ def test_report_run_directory(tmp_path):
     assert "edit_f1 by task" in md and html_path.read_text().count("data:image/png;base64,") >= 2
 
 
+@pytest.mark.slow
 def test_report_cli_price_override_and_errors(tmp_path, capsys):
     root = _run_dir(tmp_path)
     assert main([str(root), "--out", str(tmp_path / "r2"), "--boot", "100", "--price", "qwen=1000,0"]) == 0
@@ -230,6 +232,7 @@ def _cost_line(md, label):
     return next(ln for ln in md.splitlines() if ln.startswith(f"| {label} |") and "$" in ln)
 
 
+@pytest.mark.slow
 def test_report_price_reprices_an_api_judge_in_a_run(tmp_path):
     """``--price`` re-prices an API (openai_compatible) judge in a normal run as it does in
     pairwise judging: by its model name, through ``engine.budget.cost.judge_prices``."""
@@ -266,6 +269,7 @@ def test_pairwise_judging_cost_uses_the_same_rules():
     assert self_hosted is not None and self_hosted.usd == pytest.approx(2 + 1)
 
 
+@pytest.mark.slow
 def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
     """The run report's paired tests: each primary metric's tests in one judged block are one
     family, Holm-adjusted together; the raw p stays beside the adjusted one and a sentence under
@@ -306,6 +310,7 @@ def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
     assert "<th>p (Holm)</th>" in html
 
 
+@pytest.mark.slow
 def test_no_tokens_figure_when_no_episode_used_a_token(tmp_path):
     """A rule-based run (no model: 0 tokens everywhere) gets no tokens figure, not an empty axis;
     a configuration that used tokens still gets one."""

@@ -42,6 +42,7 @@ def _holder(tmp_path: Path) -> subprocess.Popen[str]:
     return p
 
 
+@pytest.mark.slow
 def test_second_driver_gets_a_clear_error_naming_the_holder(tmp_path):
     p = _holder(tmp_path)
     try:
@@ -116,6 +117,7 @@ def test_heartbeat_keeps_the_lock_fresh(tmp_path):
         assert rec["heartbeat"] > first and rec["since"] < rec["heartbeat"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE / EFBIG semantics")
 def test_disk_full_during_a_shard_write_leaves_the_store_readable_and_resumable(tmp_path):
     from engine.storage import EpisodeStore

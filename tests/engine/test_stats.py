@@ -77,6 +77,7 @@ def test_cluster_mean_interval_shrinks_with_tasks():
     assert 1.5 < widths[0] / widths[1] < 2.7 and 1.5 < widths[1] / widths[2] < 2.7    # ~ 1/sqrt(n)
 
 
+@pytest.mark.slow
 def test_cluster_mean_covers_truth_at_nominal_rate():
     """Simulated tasks with 3 seeds each sharing a task effect: the task bootstrap covers the true
     mean ~95% of the time; an episode bootstrap (ignoring clustering) would under-cover."""

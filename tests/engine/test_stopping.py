@@ -37,6 +37,7 @@ def test_tally_adds_up_to_the_plan():
     assert t.finished + t.failed + t.budget_stopped + t.not_run == t.planned
 
 
+@pytest.mark.slow
 def test_tally_counts_each_configuration_of_the_run_once_from_its_store(tmp_path):
     """Rows of earlier runs count (the store is the source of truth); an ok row over an error row
     of the same episode; rows of other configurations and episodes outside the plan do not."""
@@ -84,6 +85,7 @@ def _child(body: str, timeout: float = 60, env: dict[str, str] | None = None) ->
 LINE = "stopped by {} before any episode was planned; the same command starts the run"
 
 
+@pytest.mark.slow
 def test_inside_the_dispatch_loop_a_signal_only_sets_the_flag_and_the_loop_raises_once_it_returns():
     p, _ = _child("""
         stopping.arm([])
@@ -110,6 +112,7 @@ def test_inside_the_dispatch_loop_a_signal_only_sets_the_flag_and_the_loop_raise
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_elsewhere_the_first_signal_raises_and_later_ones_do_not():
     p, _ = _child("""
         stopping.arm([])
@@ -129,6 +132,7 @@ def test_elsewhere_the_first_signal_raises_and_later_ones_do_not():
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["second signal", "timeout"])
 def test_a_stop_that_hangs_is_cut_short_and_leaves_no_process(how, tmp_path):
     """The main thread hangs after the first signal (a teardown that never returns): a second

@@ -226,6 +226,7 @@ def _random_store(path, seed):
     return store
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
 def test_vectorised_dedup_and_pushdown_match_the_python_reference(tmp_path, seed):
     import pyarrow.compute as pc
@@ -310,6 +311,7 @@ def _judge_answers(store):
             "judges": store.judges(), "judged": store.judged(parse)}
 
 
+@pytest.mark.slow
 def test_compacting_judgements_keeps_every_answer_the_judge_stage_and_metrics_read(tmp_path):
     store = _judged_store(tmp_path)
     before = _judge_answers(store)

@@ -75,6 +75,7 @@ def _keys(store: EpisodeStore, sub: str = "") -> list[str]:
     return sorted(i.path[len(store.base) + 1:] for i in store.fs.get_file_info(sel) if i.type == pafs.FileType.File)
 
 
+@pytest.mark.slow
 def test_write_read_resume_compact_on_s3(s3_env, tmp_path):
     uri = _uri(s3_env)
     store = EpisodeStore(uri, BENCHMARK.episode_fields, local_dir=tmp_path / "local")
@@ -117,6 +118,7 @@ def test_write_read_resume_compact_on_s3(s3_env, tmp_path):
     assert is_run_dir(uri) and not is_run_dir(uri.replace("/runs/", "/nothing/"))
 
 
+@pytest.mark.slow
 def test_json_run_infos_and_text_on_s3(s3_env, tmp_path):
     store = EpisodeStore(_uri(s3_env), BENCHMARK.episode_fields, local_dir=tmp_path)
     assert store.read_json("config.json") is None and store.run_infos() == []
@@ -131,6 +133,7 @@ def test_json_run_infos_and_text_on_s3(s3_env, tmp_path):
     assert not [k for k in _keys(store) if k.startswith("_staging/")]
 
 
+@pytest.mark.slow
 def test_judgement_compaction_on_s3_changes_no_answer(s3_env, tmp_path):
     """The local judgement fixture, copied shard by shard to S3, compacted there."""
     local = _judged_store(tmp_path / "src")
@@ -195,6 +198,7 @@ def test_run_dir_lock_on_s3(s3_env):
     assert RunDirLock(uri).read() is None
 
 
+@pytest.mark.slow
 def test_the_driver_writer_and_a_many_shard_compaction_on_s3(s3_env, tmp_path):
     """The background writer puts the points of one run dir in one shard per table; compaction
     of many shards reads and deletes them from a pool of threads and changes no answer."""
@@ -237,6 +241,7 @@ def test_an_episodes_artifacts_reach_a_remote_run_dir(s3_env, tmp_path):
     assert upload_tree(tmp_path / "none", sub_uri(store.remote_dir("artifacts"), "e2")) == 0
 
 
+@pytest.mark.slow
 def test_a_remote_read_fetches_many_shards_at_once(s3_env, tmp_path, monkeypatch):
     """On S3 a read asks Arrow for ``REMOTE_READAHEAD`` shards ahead with an I/O pool at least that
     large (Arrow's defaults, 4 and 8, left a reduce of many small shards waiting on one GET
@@ -266,6 +271,7 @@ def test_a_remote_read_fetches_many_shards_at_once(s3_env, tmp_path, monkeypatch
     assert asked == [4]                         # a local disk reads as Arrow does by default
 
 
+@pytest.mark.slow
 def test_an_agentic_analyst_episode_leaves_its_figure_and_code_on_s3(s3_env, tmp_path):
     """The episode runner end to end: a scripted model drives the real agentic analyst loop (its
     sandboxed snippet writes a figure), and what the episode left in its working folder is copied

@@ -13,6 +13,7 @@ BENCHES = {"newsagent": ["agent=newsagent_rule_based"], "livenews": ["benchmark=
            "analyst": ["benchmark=analyst", "agent=analyst"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BENCHES))
 def test_task_ids_pick_tasks_for_every_benchmark(name, tmp_path):
     from dateline import compose

@@ -67,6 +67,7 @@ def test_one_shard_per_run_dir(tmp_path):
     assert a.finished_ids() == {"e1", "e3"} and b.finished_ids() == {"e0", "e2"}
 
 
+@pytest.mark.slow
 def test_byte_size_trigger(tmp_path):
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     row_bytes = approx_bytes(ep("x", output="y" * 1000))

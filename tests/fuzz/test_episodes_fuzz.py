@@ -168,6 +168,7 @@ NEWS_TURN = st.one_of(*texts(one_step_valid, one_step_broken, doc_action, weird_
 TWO_STEP_PAIR = st.one_of(seeded(two_step_valid), seeded(two_step_broken)).map(lambda case: list(case[0]))
 
 
+@pytest.mark.slow
 @EPISODE_FUZZ
 @given(mode=st.sampled_from(("1-step", "2-step")),
        script=st.lists(st.one_of(NEWS_TURN.map(lambda t: [t]), TWO_STEP_PAIR), max_size=30),
@@ -229,6 +230,7 @@ LIVE_TURN = st.one_of(*texts(block_valid, block_broken, search_block, search_blo
                       st.integers(0, 20).map(click_returned), RAW_TEXT.map(lambda case: case[0]))
 
 
+@pytest.mark.slow
 @EPISODE_FUZZ
 @given(script=st.lists(LIVE_TURN, max_size=12), mode=st.sampled_from(("search", "search", "no_search")),
        budgets=st.tuples(st.integers(0, 4), st.integers(0, 4)), finish_reason=st.sampled_from(("stop", "length")))
@@ -301,6 +303,7 @@ def analyst_workdir():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 @EPISODE_FUZZ
 @given(script=st.lists(ANALYST_TURN, max_size=12), guided=st.booleans())
 def test_analyst_agentic_episode_survives_garbage(analyst_workdir, script: list[str], guided: bool) -> None:

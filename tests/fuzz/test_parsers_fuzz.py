@@ -765,6 +765,7 @@ def test_analyst_verdict(seed: int) -> None:
               lambda r: (soup(r, ("SUPPORTED", "UNSUPPORTED", "not", "Verdict:", "**", "?", "\u017f")), ANY), raw)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(seed=SEEDS)
 def test_analyst_rating(seed: int) -> None:
@@ -772,6 +773,7 @@ def test_analyst_rating(seed: int) -> None:
               lambda r: (soup(r, ("rating", " is", ": ", "3", "5", "0", "/5", "**", "(", " " * 300)), ANY), raw)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(seed=SEEDS)
 def test_analyst_checklist(seed: int) -> None:

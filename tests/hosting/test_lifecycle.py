@@ -238,6 +238,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_sigkilled_parent_leaves_no_server_process(tmp_path):
     """The process that started the server (a replica actor) dies by SIGKILL: the reaper stops the
     server and its EngineCore-like child; before it, both lived on (vLLM's orphans)."""
@@ -261,6 +262,7 @@ def test_a_sigkilled_parent_leaves_no_server_process(tmp_path):
                 os.kill(p, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_stop_takes_the_whole_group(tmp_path):
     (tmp_path / "model").mkdir()
     s = VLLMServer(str(tmp_path / "model"), "fake", module=FAKE, host="127.0.0.1", stop_grace_s=2,
@@ -275,6 +277,7 @@ def test_stop_takes_the_whole_group(tmp_path):
         s.stop()
 
 
+@pytest.mark.slow
 def test_a_port_taken_before_the_server_binds_it_moves_the_server(tmp_path, monkeypatch):
     """``free_port`` picks a port that is free now; another process binds it first: the server
     exits on EADDRINUSE and starts again on another port, instead of failing the replica."""

@@ -124,6 +124,7 @@ def test_k_above_limit_falls_back_to_cpu():
     assert_same(got, brute_force_search(X, dts, Q, before, 20))
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 300), k=st.integers(1, 10),
        limit=st.integers(1, 24), span=st.integers(1, 200), early=st.booleans(),

@@ -22,6 +22,7 @@ WORDS = ["council", "pool", "flood", "strike", "vote", "manager", "robotics", "j
          "drought", "ferry", "trial", "appeal", "festival", "heatwave", "merger", "fiber", "stadium", "water"]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(task_i=st.integers(0, 21), words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
        shift=st.integers(-400, 400))
@@ -73,6 +74,7 @@ def test_models_are_never_fetched_from_a_hub():
         resolve_model_path("BAAI/bge-small-en-v1.5")
 
 
+@pytest.mark.slow
 def test_service_batches_concurrent_requests(sample_dataset, sample_index, sample_embeddings):
     """The actor body gathers concurrent single-query calls into shared batches, same answers."""
     docs = [Document(o.object_id, o.text, o.date) for o in sample_dataset.objects]

@@ -24,6 +24,7 @@ def dates(rng, n, span):
     return [BASE + dt.timedelta(days=int(x)) for x in rng.integers(0, span, n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["prefix", "overfetch"])
 @pytest.mark.parametrize("threshold", [None, 0.2])
 def test_equals_brute_force(mode, threshold):
@@ -58,6 +59,7 @@ def test_threshold_is_strictly_greater():
     assert [h.row for h in hits] == [1]          # the other scores exactly 0.6: not above
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 400), k=st.integers(1, 12),
        span=st.integers(1, 60), mode=st.sampled_from(["prefix", "overfetch"]))

@@ -280,6 +280,7 @@ def test_copy_sources_checks_again_what_changed_since_the_task_loaded(tmp_path, 
     assert Path(e.value.path) == victim
 
 
+@pytest.mark.slow
 def test_an_episode_whose_row_was_set_aside_is_counted_by_the_run_summary_and_dateline_show(tmp_path):
     """Issue 30: a row the store writer cannot encode is quarantined, not lost from view: the run's
     FAILURES lines count it with its reason, and ``dateline show`` lists it under the table."""
@@ -367,6 +368,7 @@ def test_an_id_holding_a_lone_surrogate_is_an_unsafe_name(tmp_path):
     assert (e.value.kind, e.value.row, e.value.field) == ("unsafe_name", 2, "task_id")
 
 
+@pytest.mark.slow
 def test_a_corrupt_shard_is_named_and_repair_moves_it_aside_keeping_every_other_row(tmp_path):
     from engine.benchmarks.newsagent import BENCHMARK
 
@@ -386,6 +388,7 @@ def test_a_corrupt_shard_is_named_and_repair_moves_it_aside_keeping_every_other_
     assert run_module("ray_jobs.cli", "repair", "no/such/dir", timeout=60).returncode == 2
 
 
+@pytest.mark.slow
 def test_a_refused_driver_writes_nothing_into_the_locked_run_dir(tmp_path):
     from engine.runtime.runlock import LOCK_NAME
 

@@ -60,6 +60,7 @@ class DripServer:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_a_dripping_endpoint_fails_each_call_within_its_timeout():
     srv = DripServer()
     try:
@@ -77,6 +78,7 @@ def test_a_dripping_endpoint_fails_each_call_within_its_timeout():
     assert took < 2.0 + 1.0, took
 
 
+@pytest.mark.slow
 def test_a_regex_bomb_costs_the_grep_tool_under_a_second(tmp_path):
     from engine.benchmarks.analyst.generation import _observation
     from engine.benchmarks.analyst.sandbox import Limits, Sandbox
@@ -91,6 +93,7 @@ def test_a_regex_bomb_costs_the_grep_tool_under_a_second(tmp_path):
         assert time.process_time() - c0 < 1.0 and time.monotonic() - t0 < 5.0, (pattern, obs)
 
 
+@pytest.mark.slow
 def test_300_mb_of_output_raise_the_workers_memory_by_under_50_mb(tmp_path):
     code = f"""
 import resource, sys
@@ -110,6 +113,7 @@ print(res.output_bytes["stdout"], before, after)
     assert (after - before) * 1024 < 50 * 1024 * 1024, (before, after)
 
 
+@pytest.mark.slow
 def test_reading_three_lines_of_a_64_mb_file_costs_the_worker_under_16_mb(tmp_path):
     """The ``read`` tool streams the file and keeps the lines it returns (it loaded and split
     the whole file: +1.4 GB for 64 MB of short lines)."""

@@ -49,6 +49,7 @@ REPORT = ("# Traffic Safety Report 2023\n\n## Summary\nThe city recorded 2,767 c
           "![Crashes per month in 2023](figures/monthly.png)\n")
 
 
+@pytest.mark.slow
 def test_vanilla_map_reduce_stays_inside_the_window(tmp_path):
     count = ByteCounter()       # the fake endpoint has no tokenizer: bytes bound tokens
 
@@ -84,6 +85,7 @@ def test_vanilla_settings(tmp_path):
     assert "<template>" in seen[1] and "Traffic Safety Report 2022" in seen[1] and "crashes_2023.csv" in seen[1]
 
 
+@pytest.mark.slow
 def test_agentic_tool_loop(tmp_path):
     script = [
         {"tool": "list_files"},
@@ -134,6 +136,7 @@ def test_agentic_caps_and_missing_report(tmp_path):
     assert res["episode"]["parse_failures"] == 2
 
 
+@pytest.mark.slow
 def test_judge_rounds_and_metrics(tmp_path, embedder):
     # crashes-2023 ships no checklist: a built one in a checklist store (as analyst-checklists writes it)
     store = tmp_path / "checklists"
@@ -197,6 +200,7 @@ def test_judge_rounds_and_metrics(tmp_path, embedder):
     assert re.search(r"\| 80\.0 \(n=1\) \|", t["table3"])
 
 
+@pytest.mark.slow
 def test_a_running_snippet_does_not_stall_the_workers_other_episodes(tmp_path):
     """Snippets run in a thread: while one episode's code sleeps 2 s, another episode of the same
     worker takes all its turns (before, the subprocess blocked the worker's event loop)."""

@@ -63,6 +63,7 @@ print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids])
 """
 
 
+@pytest.mark.slow
 def test_memory_limit_is_on_the_whole_tree(real):
     limit = 300 * MB
     cg = SnippetCgroup.create("oom", limit, 64)

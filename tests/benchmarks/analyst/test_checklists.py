@@ -169,6 +169,7 @@ def test_stale_built_checklist_is_an_error(tasks_dir):
         load_tasks(tasks_dir)
 
 
+@pytest.mark.slow
 def test_cli_builds_missing_checklists_with_the_configured_judge(tasks_dir, tmp_path, monkeypatch):
     from ray_jobs.cli import main
 

@@ -44,6 +44,7 @@ def test_runs_code_in_the_episode_folder(box):
     assert box.read_text("out.csv") == "a,b\n1,2\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("code", [
     "open('{outside}/x.txt', 'w').write('no')",
@@ -70,6 +71,7 @@ def test_writes_outside_the_folder_are_refused(tmp_path, code, isolation):
     assert not (tmp_path / "escape.txt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_no_network(tmp_path, isolation):
     box = Sandbox(tmp_path / "episode", Limits(timeout_s=5, memory_mb=512), isolation=isolation)
@@ -103,6 +105,7 @@ def test_without_os_isolation_nothing_runs_unless_asked(tmp_path, monkeypatch):
         S._probe.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_runaway_time_and_processes_are_stopped(tmp_path, isolation):
     quick = Sandbox(tmp_path / "quick", Limits(timeout_s=1, memory_mb=512), isolation=isolation)
@@ -136,6 +139,7 @@ def test_file_tools_refuse_paths_outside_and_never_follow_links(box):
     assert box.files() == ["data/a.csv"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_pandas_and_matplotlib_work_inside(tmp_path, isolation):
     """An Excel source, under both isolations (openpyxl reads the system MIME table at import)."""
@@ -156,6 +160,7 @@ def test_pandas_and_matplotlib_work_inside(tmp_path, isolation):
     assert box.read_bytes("figures/rates.png")[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_bwrap_from_a_venv_reached_through_a_symlink(tmp_path):
     """The sandbox binds real paths: an interpreter run by a symlinked path (``.venv ->
     /elsewhere``) must still find its packages inside."""
@@ -187,6 +192,7 @@ def _alive(uid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_an_exception_inside_supervision_still_kills_the_whole_tree(box, monkeypatch):
     """The quota check raises on its third call (a walk that fails, descriptors run out ...):
     the snippet is stopped, its setsid'd grandchild dies with it, and the run says why."""
@@ -215,6 +221,7 @@ def test_an_exception_inside_supervision_still_kills_the_whole_tree(box, monkeyp
     assert not box.exists("beat")                 # and nothing writes it any more
 
 
+@pytest.mark.slow
 def test_the_tree_shares_one_memory_limit(tmp_path):
     """Three children of 300 MB each under a 512 MB limit: the kernel kills in the tree."""
     from engine.benchmarks.analyst import cgroup

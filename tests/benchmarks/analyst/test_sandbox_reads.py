@@ -71,6 +71,7 @@ ROUTES = [
 ISOLATIONS = ["bwrap", "audit_unsafe"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("name,code", ROUTES, ids=[r[0] for r in ROUTES])
 def test_no_route_reads_outside_the_episode_folder(layout, isolation, name, code):
@@ -86,6 +87,7 @@ def test_no_route_reads_outside_the_episode_folder(layout, isolation, name, code
         assert "Error" in res.stderr, res.stderr[-1000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_inside_the_folder_everything_works(layout, isolation):
     box = Sandbox(layout["root"], Limits(timeout_s=90, memory_mb=2048), isolation=isolation)

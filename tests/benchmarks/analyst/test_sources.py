@@ -29,6 +29,7 @@ def _words(t: str) -> list[str]:
     return t.split()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(docs, st.integers(min_value=4, max_value=200))
 def test_chunks_fit_the_budget_and_lose_nothing_bytes(text, budget):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from engine.benchmarks.analyst.config import AnalystAgentConfig
 from engine.llm import ChatClient, Endpoint, SamplingParams
 from tests.benchmarks.analyst.test_analyst_episode import REPORT, run
@@ -37,6 +39,7 @@ def test_analyst_episodes_sample_at_0_6(tmp_path):
     assert {r["temperature"] for r in reqs} == {0.0}                         # null: the model's
 
 
+@pytest.mark.slow
 def test_agent_configs_set_it():
     from ray_jobs.configs import compose
 

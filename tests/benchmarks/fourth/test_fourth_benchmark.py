@@ -139,6 +139,7 @@ def fourth(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.slow
 def test_the_fourth_benchmark_satisfies_the_protocol_and_composes(fourth):
     from engine.benchmarks import get_benchmark, runnable_benchmarks
     from engine.protocol import Benchmark

@@ -154,6 +154,7 @@ def test_no_search_mode_has_no_tools(tasks, web):
     assert res["episode"]["finish_reason"] == "unknown_action"
 
 
+@pytest.mark.slow
 def test_results_respect_window_and_blocklist(tasks, web):
     """Every result every episode saw is dated on or before its question's date and off its
     blocklist (the sample's pages run to weeks after most questions)."""
@@ -215,6 +216,7 @@ def test_grading_requests_and_tables(tasks):
     assert "1.0 ± 0.5" in t["table1"]
 
 
+@pytest.mark.slow
 def test_agent_config_must_match_benchmark():
     from engine.errors import ConfigError
     from ray_jobs.configs import compose
