@@ -1,4 +1,6 @@
 """A stand-in for ``python -m vllm.entrypoints.openai.api_server``: hosted replicas without vLLM.
+It serves :class:`tests.fake_openai.FakeOpenAI` (the one fake server of the tests) with vLLM's
+routes and failure modes (:class:`tests.fake_openai.EngineBehaviour`).
 
 A replica runs ``python -m <model.server_module> --model ... --served-model-name ... --host ...
 --port ... [engine args]`` (``engine/hosting/vllm_server.py``); with
@@ -43,14 +45,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fake_openai import EngineBehaviour, FakeOpenAI
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -82,144 +82,16 @@ def load_responder(spec: str, reply: str) -> Callable[[list[dict[str, Any]], dic
     return lambda messages, request: str(fn(messages, request))
 
 
-def make_server(args: argparse.Namespace, child_pid: int = 0) -> ThreadingHTTPServer:
+def make_server(args: argparse.Namespace, child_pid: int = 0) -> FakeOpenAI:
     names = args.served_model_name or [args.model]
-    respond = load_responder(args.fake_responder, args.fake_reply)
-    lock = threading.Lock()
-    # engine progress, as vLLM's /metrics shows it
-    stats = {"running": 0, "prompt_tokens": 0, "generation_tokens": 0, "completions": 0, "steps": 0}
-    wedged = threading.Event()
-    argv = list(sys.argv)
-    api_key = os.environ.get("VLLM_API_KEY", "")       # as vLLM: /v1 routes need it, /health does not
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a: Any) -> None:
-            pass
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            with lock:
-                print(f"{self.command} {self.path} {status}", flush=True)
-
-        def _authorized(self) -> bool:
-            if not api_key or not self.path.startswith("/v1"):
-                return True
-            if self.headers.get("Authorization", "") == f"Bearer {api_key}":
-                return True
-            self._send(401, {"error": "Unauthorized"})
-            return False
-
-        def do_GET(self) -> None:
-            if not self._authorized():
-                return
-            if self.path == "/health":
-                if args.fake_health_delay_s:
-                    time.sleep(args.fake_health_delay_s)
-                self._send(200, {})
-            elif self.path == "/metrics":
-                with lock:
-                    text = (f'vllm:num_requests_running{{model_name="{names[0]}"}} {stats["running"]}\n'
-                            f'vllm:num_requests_waiting{{model_name="{names[0]}"}} 0\n'
-                            f'vllm:prompt_tokens_total{{model_name="{names[0]}"}} {stats["prompt_tokens"]}\n'
-                            f'vllm:generation_tokens_total{{model_name="{names[0]}"}} {stats["generation_tokens"]}\n')
-                body = ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-                        "# TYPE vllm:num_requests_running gauge\n" + text).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
-            elif self.path == "/info":
-                self._send(200, {"pid": os.getpid(), "argv": argv, "model": args.model, "served": names,
-                                 "tensor_parallel_size": args.tensor_parallel_size,
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                 "child_pid": child_pid})
-            else:
-                self._send(404, {"object": "error", "message": f"no route {self.path}"})
-
-        def do_POST(self) -> None:
-            n = int(self.headers.get("Content-Length", 0))
-            if not self._authorized():
-                self.rfile.read(n)
-                return
-            try:
-                req = json.loads(self.rfile.read(n) or b"{}")
-            except json.JSONDecodeError as e:
-                self._send(400, {"object": "error", "message": str(e), "type": "BadRequestError", "code": 400})
-                return
-            if self.path != "/v1/chat/completions":
-                self._send(404, {"object": "error", "message": f"no route {self.path}"})
-                return
-            if req.get("model") not in names:
-                self._send(404, {"object": "error", "message": f"The model `{req.get('model')}` does not exist.",
-                                 "type": "NotFoundError", "code": 404})
-                return
-            with lock:
-                stats["running"] += 1
-                if 0 <= args.fake_wedge_after <= stats["completions"]:
-                    wedged.set()
-            if wedged.is_set():
-                threading.Event().wait()            # never answers; /health still does
-            if self.headers.get("X-Dateline-Canary") and args.fake_canary == "behind":
-                while True:                         # the canary waits behind the long steps, as in one engine
-                    with lock:
-                        if not stats["steps"]:
-                            break
-                    time.sleep(0.05)
-            if self.headers.get("X-Dateline-Canary"):   # a replica's liveness probe: no script, no log line
-                with lock:
-                    stats["running"] -= 1
-                    stats["prompt_tokens"] += 1
-                    stats["generation_tokens"] += 1
-                body = json.dumps({"id": "canary", "object": "chat.completion", "created": int(time.time()),
-                                   "model": req["model"], "choices": [{"index": 0, "finish_reason": "length",
-                                   "message": {"role": "assistant", "content": "1"}}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            with lock:
-                stats["steps"] += 1
-            try:
-                if args.fake_delay_s and args.fake_busy:      # one long engine step that computes (a CPU prefill)
-                    end = time.monotonic() + args.fake_delay_s
-                    while time.monotonic() < end:
-                        sum(i * i for i in range(10_000))
-                elif args.fake_delay_s:
-                    time.sleep(args.fake_delay_s)
-            finally:
-                with lock:
-                    stats["steps"] -= 1
-            messages = req.get("messages") or []
-            text = respond(messages, req)
-            prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
-            completion = max(1, len(text.split()))
-            with lock:
-                stats["running"] -= 1
-                stats["completions"] += 1
-                stats["prompt_tokens"] += prompt
-                stats["generation_tokens"] += completion
-            self._send(200, {
-                "id": f"fake-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
-                "model": req["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion},
-            })
-
-    ThreadingHTTPServer.allow_reuse_address = True
-    ThreadingHTTPServer.daemon_threads = True
-    return ThreadingHTTPServer((args.host, args.port), Handler)
+    info = {"pid": os.getpid(), "argv": list(sys.argv), "model": args.model, "served": names,
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "child_pid": child_pid}
+    engine = EngineBehaviour(served=names, info=info, wedge_after=args.fake_wedge_after,
+                             health_delay_s=args.fake_health_delay_s, busy=args.fake_busy, canary=args.fake_canary,
+                             api_key=os.environ.get("VLLM_API_KEY", ""))
+    return FakeOpenAI(load_responder(args.fake_responder, args.fake_reply), args.fake_delay_s, args.port,
+                      host=args.host, engine=engine)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -240,10 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     server = make_server(args, child.pid if child else 0)
     print(f"fake vLLM server {os.getpid()}: {args.served_model_name or [args.model]} on {args.host}:{args.port}",
           flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+    server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Endpoint errors (issue 12, part 2) against a fault-injecting OpenAI-compatible server on
-loopback (tests/fault_server.py): 429 with Retry-After, 500, 503, connection resets, timeouts,
+loopback (tests/fake_openai.py, faults=Faults(...)): 429 with Retry-After, 500, 503, connection resets, timeouts,
 truncated bodies, bodies that are not JSON, answers without choices.
 
 * each kind alone is retried and the call then succeeds; Retry-After is waited for; backoff is
@@ -18,7 +18,7 @@ import asyncio
 import pytest
 
 from engine.llm import ChatClient, Endpoint, GenerationError, Router, SamplingParams
-from tests.fault_server import KINDS, FaultServer
+from tests.fake_openai import KINDS, FaultServer
 
 USER = [{"role": "user", "content": "hi"}]
 FAST = SamplingParams(timeout_s=1.0, max_retries=2, backoff_s=0.05, backoff_max_s=0.2, retry_after_max_s=5.0)
