@@ -74,7 +74,7 @@ def _compose(config_name: str, overrides: Sequence[str]) -> Any:
     step is most of the cost (0.16 s a compose: YAML, structured-config copies), and callers such as
     the tests compose the same group choices with other values again and again, so it is cached;
     the second is Hydra's own ``_apply_overrides_to_config`` on a copy, as Hydra runs it.
-    ``tests/engine/test_config.py`` checks the result equals a plain Hydra compose."""
+    ``tests/engine/config/test_config.py`` checks the result equals a plain Hydra compose."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType

@@ -60,7 +60,7 @@ def meaning(rates: dict[str, float], args: dict[str, Any], stall_timeout_s: floa
         lines.append(f"WARNING: prefill at {prefill:.0f} tok/s is below ~{SLOW_PREFILL:.0f}: each newsagent turn "
                      "(~1,000 prompt tokens) takes 20 s or more and command 1 takes hours. Check the dtype above "
                      "(bfloat16 without native support is emulated: ++model.engine_args.dtype=float32) and the cores")
-    from engine.hosting.replica import batched_tokens  # what the liveness check sizes its window by
+    from engine.hosting.replica_actor import batched_tokens  # what the liveness check sizes its window by
 
     step = batched_tokens(args)
     step_s = step / prefill

@@ -239,6 +239,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"object": "error", "message": f"The model `{req.get('model')}` does not exist.",
                              "type": "NotFoundError", "code": 404})
             return
+        with srv._lock:
+            srv.progress["running"] += 1        # in the engine until answered (vLLM's /metrics)
+        try:
+            self._handle(req)
+        finally:
+            with srv._lock:
+                srv.progress["running"] -= 1
+
+    def _handle(self, req: dict[str, Any]) -> None:
+        srv, eng = self.srv, self.srv.engine
         if eng:
             with srv._lock:
                 if 0 <= eng.wedge_after <= srv.progress["completions"]:
@@ -311,7 +321,6 @@ class _Handler(BaseHTTPRequestHandler):
         with srv._lock:
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
-            srv.progress["running"] += 1
         try:
             self._engine_step()
             messages = req.get("messages") or []
@@ -319,7 +328,6 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with srv._lock:
                 srv.inflight -= 1
-                srv.progress["running"] -= 1
         if isinstance(reply, tuple):      # (status, message): an HTTP error, as vLLM sends for a too-long prompt
             status, msg = reply
             self._send(status, {"object": "error", "message": msg, "type": "BadRequestError", "code": status})

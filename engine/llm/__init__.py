@@ -1,5 +1,5 @@
 """The model client: an OpenAI-compatible async client with token accounting and sticky replica
-routing (``client``), every model call as a row (``transcripts``), and the agents' action parsing
+routing (``client``, ``router``), every model call as a row (``transcripts``), and the agents' action parsing
 (``actions``). ``engine.llm`` re-exports the client's public names (plugins import them from here)."""
 
 from engine.llm.client import (
@@ -7,13 +7,10 @@ from engine.llm.client import (
     ChatClient,
     Completion,
     Endpoint,
-    EpisodeClient,
     GenerationError,
     MalformedResponse,
-    ReplicaUnavailable,
     RequestRejected,
     RetryBudget,
-    Router,
     SamplingParams,
     Usage,
     endpoint_down,
@@ -21,6 +18,7 @@ from engine.llm.client import (
     retryable,
     unreachable,
 )
+from engine.llm.router import EpisodeClient, ReplicaUnavailable, Router
 
 __all__ = [
     "ChatClient",

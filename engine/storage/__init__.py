@@ -50,10 +50,11 @@ The package, by job: ``schema.py`` (the tables' columns), ``fs.py`` (where a sto
 Import from here.
 """
 
-from engine.storage.episodes import EpisodeStore, StoredPlan
+from engine.storage.episodes import EpisodeStore
 from engine.storage.fs import is_run_dir, is_uri, local_root, open_root, sub_uri, upload_tree
 from engine.storage.judgements import JudgedDir
 from engine.storage.pairwise import PairwiseStore
+from engine.storage.plans import PlanTable, StoredPlan
 from engine.storage.rows import metric_rows, step_rows
 from engine.storage.schema import (
     CALL_SCHEMA,
@@ -75,7 +76,7 @@ from engine.storage.shards import Flush, ShardedDir, read_quarantine, set_aside_
 __all__ = [
     "CALL_SCHEMA", "COMPARISON_SCHEMA", "EPISODE_FIELDS", "EPISODE_ROW_GROUP", "JUDGEMENT_ROW_GROUP",
     "JUDGEMENT_SCHEMA", "MESSAGE_SCHEMA", "METRIC_KEY", "METRIC_SCHEMA", "PLAN_SCHEMA", "STEP_SCHEMA",
-    "EpisodeStore", "Flush", "JudgedDir", "PairwiseStore", "ShardedDir", "StoredPlan", "conform", "episode_schema",
+    "EpisodeStore", "Flush", "JudgedDir", "PairwiseStore", "PlanTable", "ShardedDir", "StoredPlan", "conform", "episode_schema",
     "is_run_dir", "is_uri", "local_root", "metric_rows", "open_root", "read_quarantine", "set_aside_episodes",
     "step_rows", "sub_uri", "upload_tree", "write_quarantine",
 ]

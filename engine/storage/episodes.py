@@ -1,5 +1,6 @@
-"""A run dir (:class:`EpisodeStore`): episodes, steps, calls, messages, plans, metrics and
-judgements, written as atomic shards and read deduplicated; compaction."""
+"""A run dir (:class:`EpisodeStore`): episodes, steps, calls, messages, metrics, and (from the
+classes it builds on) plans and judgements, written as atomic shards and read deduplicated;
+compaction."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from engine.errors import CorruptShard
 from engine.storage.judgements import JudgedDir
+from engine.storage.plans import PlanTable
 from engine.storage.schema import (
     CALL_SCHEMA,
     EPISODE_ROW_GROUP,
@@ -42,17 +43,7 @@ _T = TypeVar("_T")
 _DONE = object()
 
 
-@dataclass(frozen=True)
-class StoredPlan:
-    """A configuration's newest plan: its episodes ``(episode_id, task_id, seed, failure)``, the hash of
-    that set, and the run's scoring policy and evaluation settings (JSON) when it was planned."""
-    config_hash: str
-    episodes: list[tuple[str, str, int, str]]
-    task_set: str
-    score_failures: str
-    evaluation: str
-
-class EpisodeStore(JudgedDir):
+class EpisodeStore(PlanTable, JudgedDir):
     """A run directory: episodes, steps, judgements and metrics of every config run into it.
     ``run_dir`` is a local path or a pyarrow filesystem URI (``s3://bucket/prefix``, ``gs://…``)."""
     SUBDIRS = ("episodes", "steps", "metrics", "judgements", "plans", "calls", "messages")
@@ -126,45 +117,6 @@ class EpisodeStore(JudgedDir):
             return {}
         t = self.read("messages", MESSAGE_SCHEMA, ["message_id", "role", "content"], field_in("message_id", want))
         return {r["message_id"]: r for r in t.to_pylist()}
-
-    def write_plan(self, config_hash: str, planned: Sequence[tuple[str, str, int, str]], task_set: str,
-                   score_failures: str, evaluation: str) -> bool:
-        """Record what a run planned for ``config_hash``: ``(episode_id, task_id, seed, failure)``
-        per episode. Skipped (False) when the newest plan stored for it is the same."""
-        have = self.plans([config_hash]).get(config_hash)
-        if have is not None and have.task_set == task_set and have.score_failures == score_failures \
-                and have.evaluation == evaluation:
-            return False
-        batch_id = new_batch_id()
-        t = pa.Table.from_pydict({
-            "config_hash": [config_hash] * len(planned), "batch_id": [batch_id] * len(planned),
-            "episode_id": [p[0] for p in planned], "task_id": [p[1] for p in planned],
-            "seed": [p[2] for p in planned], "failure": [p[3] for p in planned], "task_set": [task_set] * len(planned),
-            "score_failures": [score_failures] * len(planned), "evaluation": [evaluation] * len(planned)},
-            schema=PLAN_SCHEMA)
-        self.write(t, "plans", f"part-{batch_id}.parquet")
-        return True
-
-    def plans(self, config_hash: Iterable[str] | None = None) -> dict[str, StoredPlan]:
-        """The newest plan of each configuration (of those in ``config_hash``), or none for a
-        configuration run before plans were recorded (its stored episodes are then its plan)."""
-        t = self.read("plans", PLAN_SCHEMA, None, field_in("config_hash", None if config_hash is None else list(config_hash)))
-        if t.num_rows == 0:
-            return {}
-        newest = t.group_by("config_hash").aggregate([("batch_id", "max")])
-        t = t.join(newest.rename_columns(["config_hash", "__newest"]), "config_hash")
-        t = t.filter(pc.equal(t["batch_id"], t["__newest"]))
-        out: dict[str, StoredPlan] = {}
-        for h in cast("list[str]", pc.unique(t["config_hash"]).to_pylist()):
-            sub = t.filter(pc.equal(t["config_hash"], pa.scalar(h)))
-            sub = sub.take(pick(sub, ["episode_id"]))
-            first = sub.slice(0, 1).to_pylist()[0]
-            out[h] = StoredPlan(h, list(zip(cast("list[str]", sub["episode_id"].to_pylist()),
-                                            cast("list[str]", sub["task_id"].to_pylist()),
-                                            cast("list[int]", sub["seed"].to_pylist()),
-                                            [f or "" for f in sub["failure"].to_pylist()])),
-                                first["task_set"] or "", first["score_failures"] or "", first["evaluation"] or "")
-        return out
 
     def write_metrics(self, rows: list[dict[str, Any]], key: str) -> Path | str:
         """Store the metrics table as a cache of the rows computed under ``key`` (what they were
@@ -266,14 +218,6 @@ class EpisodeStore(JudgedDir):
             raise CorruptShard(path, None, None, f"the metrics table of run dir {self.uri} cannot be read ({e}); it is "
                                                  f"derived: recompute it with `dateline metrics {self.uri} BENCHMARK`") from e
 
-    def finished_ids(self, config_hash: str | Iterable[str] | None = None,
-                     statuses: Sequence[str] = ("ok",)) -> set[str]:
-        """Ids of episodes that need no re-run: a row with one of ``statuses`` (default ok; a
-        resumed run adds "error" unless ``run.retry_failed``). One column read."""
-        t = self.read("episodes", self.schema, ["episode_id"],
-                       all_of(pc.field("status").isin(list(statuses)), field_in("config_hash", config_hash)))
-        return set(cast("list[str]", pc.unique(t["episode_id"]).to_pylist()))     # a non-nullable column
-
     # -- maintenance -----------------------------------------------------------------------
     def compact(self) -> None:
         """Rewrite each table as one shard of the rows readers can see (steps, then episodes,
@@ -303,14 +247,6 @@ class EpisodeStore(JudgedDir):
                        value_set=pair(winners["episode_id"], winners["batch_id"]).combine_chunks())
         judge = np.asarray(pc.not_equal(t["purpose"], pa.scalar("episode")).fill_null(True))
         return sorted_unique(np.flatnonzero(judge | np.asarray(won)))
-
-    def _plans_keep(self, files: list[str]) -> pa.Array[Any]:
-        """The rows of each configuration's newest plan."""
-        t = self.read("plans", PLAN_SCHEMA, ["config_hash", "batch_id"], files=files)
-        newest = t.group_by("config_hash").aggregate([("batch_id", "max")])
-        t = t.append_column("__i", pa.array(np.arange(t.num_rows, dtype=np.int64)))
-        t = t.join(newest.rename_columns(["config_hash", "__newest"]), "config_hash")
-        return sorted_unique(pc.filter(t["__i"], pc.equal(t["batch_id"], t["__newest"])))
 
     def _episodes_keep(self, files: list[str]) -> pa.Array[Any]:
         t = self.read("episodes", self.schema, ["episode_id", "status", "batch_id"], files=files)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
-from engine.hosting.replica import replica_log_name
+from engine.hosting.replica_actor import replica_log_name
 from engine.storage import EpisodeStore
 
 REPO = Path(__file__).resolve().parents[2]

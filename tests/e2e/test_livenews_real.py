@@ -10,7 +10,7 @@ import json
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
-from engine.hosting.replica import replica_log_name
+from engine.hosting.replica_actor import replica_log_name
 from engine.storage import EpisodeStore
 from tests.helpers import run_module
 

@@ -2,7 +2,7 @@
 this machine, each a node with its own resources), pinned by custom resources (issue 11,
 parts 2 and 6): the model replica on the node with ``replica``, the index on the node with
 ``index``, the episode workers on the node with ``worker``. The replica runs
-tests/fake_vllm_server.py (``model.server_module``), scripted like tests/engine/test_agent.py.
+tests/fake_vllm_server.py (``model.server_module``), scripted like tests/engine/runtime/test_agent.py.
 Then a worker node is lost mid-run and a replacement joins: Ray restarts the workers there, the
 driver requeues their episodes, and each planned episode is stored exactly once.
 
@@ -72,7 +72,7 @@ def config(address: str, tmp_path: Path, limit: int, *extra: str) -> Any:
     return compose(["benchmark=newsagent", "agent=newsagent", f"benchmark.limit={limit}", "judge=none",
                     "model=local_cpu", "model.name=fake", "model.served_name=fake", f"model.path={tmp_path / 'model'}",
                     "model.server_module=tests.fake_vllm_server", f"+model.env.PYTHONPATH={REPO}",
-                    "+model.env.FAKE_VLLM_RESPONDER=tests.engine.test_agent:scripted_writer",
+                    "+model.env.FAKE_VLLM_RESPONDER=tests.engine.runtime.test_agent:scripted_writer",
                     "model.startup_timeout_s=120", "model.placement_timeout_s=120",
                     "+model.resources={replica:1}", "+index.resources={index:1}",
                     "+cluster.worker_resources={worker:1}", f"cluster.address={address}", "cluster.num_workers=2",
@@ -134,7 +134,7 @@ def _wait_for_requests(log: Path, n: int, driver: threading.Thread, timeout_s: f
 @pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_a_lost_worker_node_is_replaced_and_every_episode_is_stored_once(cluster, tmp_path):
-    from engine.hosting.replica import replica_log_name
+    from engine.hosting.replica_actor import replica_log_name
     from ray_jobs.run import run
     from ray_jobs.session import Session
 

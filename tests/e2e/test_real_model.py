@@ -12,7 +12,7 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
-from engine.hosting.replica import replica_log_name
+from engine.hosting.replica_actor import replica_log_name
 from engine.hosting.vllm_server import VLLMServer, engine_settings
 from engine.llm import Endpoint, SamplingParams
 from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup

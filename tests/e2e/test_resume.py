@@ -16,7 +16,7 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.storage import EpisodeStore
-from tests.engine.test_agent import scripted_writer
+from tests.engine.runtime.test_agent import scripted_writer
 from tests.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[2]

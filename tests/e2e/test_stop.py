@@ -16,7 +16,7 @@ import pytest
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.storage import EpisodeStore
 from tests.e2e.test_stop_real import LINE, REPO, stop_run, stored
-from tests.engine.test_agent import scripted_writer
+from tests.engine.runtime.test_agent import scripted_writer
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.ray

@@ -109,7 +109,7 @@ def orphans_since(t0: float, ray_tmp: str) -> list[str]:
 def _count(run_dir: Path, sub: str, what: str) -> int:
     """How often ``what`` is in the replica's log (``sub="logs"``: every start of it is appended
     there), or how many shards ``sub`` holds (``what=""``)."""
-    from engine.hosting.replica import replica_log_name
+    from engine.hosting.replica_actor import replica_log_name
 
     if sub == "logs":
         log = run_dir / "logs" / replica_log_name(QWEN, 0)

@@ -300,7 +300,7 @@ def test_a_newsagent_context_overflow_is_a_result_not_a_dropped_episode(tmp_path
     request_rejected, scored on its draft so far: F1 0), counted in every mean, never an error
     dropped from the denominator."""
     from engine.benchmarks.newsagent import BENCHMARK as NEWS
-    from tests.engine.test_agent import scripted_writer
+    from tests.engine.runtime.test_agent import scripted_writer
 
     cfg0 = compose(["benchmark=newsagent", "agent=newsagent", "benchmark.limit=3"])
     titles = [t.title for t in NEWS.load_tasks(cfg0)]

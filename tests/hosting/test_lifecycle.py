@@ -34,7 +34,7 @@ from engine.hosting.liveness import (
 from engine.hosting.replica import ModelPool
 from engine.hosting.vllm_server import VLLMServer
 from engine.llm import Endpoint, Router, SamplingParams
-from tests.engine.test_storage_s3 import s3_endpoint, s3_env  # noqa: F401 - fixtures
+from tests.engine.storage.test_storage_s3 import s3_endpoint, s3_env  # noqa: F401 - fixtures
 from tests.hosting.test_placement import REPO, chat, fake_model, get_json, local_ray  # noqa: F401 - fixture
 
 FAKE = "tests.fake_vllm_server"
@@ -473,9 +473,9 @@ def test_replica_logs_reach_a_remote_run_dir(local_ray, tmp_path, s3_env):
     and at stop, so why a replica failed is readable after the node that ran it is gone."""
     import pyarrow.fs as pafs
 
-    from engine.hosting.replica import replica_log_name
+    from engine.hosting.replica_actor import replica_log_name
     from engine.storage import EpisodeStore, open_root
-    from tests.engine.test_storage_s3 import _uri
+    from tests.engine.storage.test_storage_s3 import _uri
 
     store = EpisodeStore(_uri(s3_env))
     uri = store.remote_dir("logs")

@@ -19,7 +19,8 @@ import pytest
 
 from engine.config import ModelConfig
 from engine.errors import ConfigError, PlacementError
-from engine.hosting.replica import ModelPool, replica_bundles
+from engine.hosting.replica import ModelPool
+from engine.hosting.replica_actor import replica_bundles
 from engine.hosting.vllm_server import VLLMServer, server_command
 from ray_jobs.configs import compose
 

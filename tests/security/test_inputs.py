@@ -18,7 +18,7 @@ import pytest
 from engine.errors import BadDataError, ConfigError, CorruptShard, DataError
 from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
-from tests.engine.test_runlock import _holder
+from tests.engine.runtime.test_runlock import _holder
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import REPO, run_module

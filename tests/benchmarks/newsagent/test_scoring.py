@@ -33,7 +33,7 @@ ROWS = [
     row(["x"], [], ["a"]),                     # kept nothing: edit precision undefined
     row([], [], ["a", "b"]),                   # retrieved nothing: both precisions undefined
     row(["a"], ["a"], []),                     # no reference evidence: no function-wise scores
-    row(["a"], ["a"], ["a"], status="error"),  # not counted here (score_failures=exclude; as_wrong: tests/engine/test_metrics.py)
+    row(["a"], ["a"], ["a"], status="error"),  # not counted here (score_failures=exclude; as_wrong: tests/benchmarks/newsagent/test_metrics.py)
 ]
 
 

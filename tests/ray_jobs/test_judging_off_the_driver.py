@@ -16,9 +16,9 @@ from engine.scoring import views
 from engine.storage import JUDGEMENT_ROW_GROUP, EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.judge import JudgeStream, run_judge_identity
-from tests.engine.test_judge import episode
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import judge_as_a_run_does
+from tests.ray_jobs.test_judge import episode
 
 
 def _judge_cfg(url: str, *extra: str):

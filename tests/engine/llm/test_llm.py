@@ -10,7 +10,7 @@ from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.llm import ChatClient, Endpoint, Router, SamplingParams
 from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from indexes.service import AsyncLocalIndex
-from tests.engine.test_agent import scripted_writer
+from tests.engine.runtime.test_agent import scripted_writer
 from tests.fake_openai import FakeOpenAI
 
 

@@ -24,7 +24,7 @@ from engine.budget.cost import (
 from engine.storage import EpisodeStore
 from ray_jobs.report import build, main
 from ray_jobs.report.compute_pairwise import judging_cost
-from tests.engine.test_pairwise import _episode as news_episode
+from tests.engine.scoring.test_pairwise import _episode as news_episode
 from tests.factories import episode_row
 from tests.helpers import metrics_of
 

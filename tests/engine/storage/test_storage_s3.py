@@ -18,7 +18,7 @@ pytest.importorskip("moto.server")
 
 from engine.benchmarks.newsagent import BENCHMARK  # noqa: E402
 from engine.storage import EpisodeStore, is_run_dir  # noqa: E402
-from tests.engine.test_storage import _judge_answers, _judged_store, ep, st  # noqa: E402
+from tests.engine.storage.test_storage import _judge_answers, _judged_store, ep, st  # noqa: E402
 
 BUCKET = "dateline-test"
 

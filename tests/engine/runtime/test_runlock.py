@@ -24,7 +24,7 @@ import pytest
 
 from engine.runtime.runlock import LOCK_NAME, RunDirLock, RunDirLocked, stale_reason
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _holder(tmp_path: Path) -> subprocess.Popen[str]:
@@ -121,7 +121,7 @@ def test_heartbeat_keeps_the_lock_fresh(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE / EFBIG semantics")
 def test_disk_full_during_a_shard_write_leaves_the_store_readable_and_resumable(tmp_path):
     from engine.storage import EpisodeStore
-    from tests.engine.test_storage import ep as episode_row
+    from tests.engine.storage.test_storage import ep as episode_row
 
     store = EpisodeStore(tmp_path)
     store.write_batch([episode_row("e0")], [])
@@ -133,7 +133,7 @@ def test_disk_full_during_a_shard_write_leaves_the_store_readable_and_resumable(
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
         from engine.storage import EpisodeStore
-        from tests.engine.test_storage import ep as episode_row
+        from tests.engine.storage.test_storage import ep as episode_row
         import os
         rows = [dict(episode_row(f"big{{i}}"), output=os.urandom(4000).hex()) for i in range(200)]
         try:

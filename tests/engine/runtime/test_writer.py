@@ -14,7 +14,7 @@ from engine.benchmarks.newsagent import BENCHMARK
 from engine.errors import StoreWriteError
 from engine.runtime.writer import StoreWriter, approx_bytes
 from engine.storage import EpisodeStore
-from tests.engine.test_storage import ep, st
+from tests.engine.storage.test_storage import ep, st
 
 
 def shards(root, sub="episodes"):

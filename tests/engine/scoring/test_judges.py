@@ -19,9 +19,9 @@ from ray_jobs.configs import compose
 from ray_jobs.report import build, main, sign_tests
 from ray_jobs.run import needed_cpus, reduce_metrics, summary
 from ray_jobs.session import Session
-from tests.engine.test_judge import episode
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import judge_as_a_run_does
+from tests.ray_jobs.test_judge import episode
 
 QWEN = "qwen2.5-coder-0.5b-instruct"       # the default model's name (conf/model/local_cpu.yaml)
 

@@ -12,8 +12,8 @@ from engine.budget.cost import Prices
 from engine.llm import Endpoint
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.judge_fleet import JudgeFleet
-from tests.engine.test_judging_off_the_driver import _judge_cfg, _row
 from tests.fake_openai import FakeOpenAI
+from tests.ray_jobs.test_judging_off_the_driver import _judge_cfg, _row
 
 pytestmark = pytest.mark.ray
 
