@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 OK, SATURATED, WEDGED, DOWN = "ok", "saturated", "wedged", "down"
 
@@ -317,3 +318,22 @@ class Liveness:
             # answered): leave it alone. Computing behind a server that answers nothing is down.
             return SATURATED
         return WEDGED if stalled else DOWN
+
+
+def verdict_line(h: dict[str, Any]) -> str:
+    """A verdict with the numbers behind it, for logs and diagnoses."""
+    if h.get("verdict") == WEDGED:
+        return (f"wedged ({h.get('running') or 0:g} running, {h.get('waiting') or 0:g} waiting"
+                f"{', canary unanswered' if h.get('canary_overdue') else ''}; no token, no canary answer, no engine "
+                f"CPU or GPU activity for {float(h.get('stalled_for_s') or 0):.0f} s, "
+                f"window {float(h.get('window_s') or 0):.0f} s)")
+    if not h.get("alive"):
+        return "down (its server process or actor is gone)"
+    return "down (no /health and no progress)" if h.get("verdict") == DOWN else str(h.get("verdict"))
+
+
+def verdict_record(h: dict[str, Any]) -> dict[str, Any]:
+    """The metrics behind a verdict, as an event stores them."""
+    keys = ("verdict", "alive", "healthy", "running", "waiting", "tokens_per_s", "prompt_tokens_per_s",
+            "longest_step_s", "window_s", "stalled_for_s", "canary_overdue", "progress")
+    return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in h.items() if k in keys}

@@ -28,6 +28,8 @@ from engine.hosting.liveness import (
     OK,
     SATURATED,
     WEDGED,
+    verdict_line,
+    verdict_record,
 )
 from engine.hosting.replica_actor import (
     PLACEMENT_STRATEGY,
@@ -43,25 +45,6 @@ log = logging.getLogger(__name__)
 
 
 # All of a replica on one node (tensor-parallel shards talk over the node's GPU interconnect).
-
-
-def _verdict_line(h: dict[str, Any]) -> str:
-    """A verdict with the numbers behind it, for logs and diagnoses."""
-    if h.get("verdict") == WEDGED:
-        return (f"wedged ({h.get('running') or 0:g} running, {h.get('waiting') or 0:g} waiting"
-                f"{', canary unanswered' if h.get('canary_overdue') else ''}; no token, no canary answer, no engine "
-                f"CPU or GPU activity for {float(h.get('stalled_for_s') or 0):.0f} s, "
-                f"window {float(h.get('window_s') or 0):.0f} s)")
-    if not h.get("alive"):
-        return "down (its server process or actor is gone)"
-    return "down (no /health and no progress)" if h.get("verdict") == DOWN else str(h.get("verdict"))
-
-
-def _verdict_record(h: dict[str, Any]) -> dict[str, Any]:
-    """The metrics behind a verdict, as an event stores them."""
-    keys = ("verdict", "alive", "healthy", "running", "waiting", "tokens_per_s", "prompt_tokens_per_s",
-            "longest_step_s", "window_s", "stalled_for_s", "canary_overdue", "progress")
-    return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in h.items() if k in keys}
 
 
 class ModelPool:
@@ -322,7 +305,7 @@ class ModelPool:
         prev = self.last_health.get(i, {}).get("verdict")
         self.last_health[i] = h
         if h["verdict"] != prev and (h["verdict"] != OK or prev not in (None, OK)):
-            self._event(i, "verdict", **_verdict_record(h))
+            self._event(i, "verdict", **verdict_record(h))
         if h.get("advanced"):
             self._stall_restarts[i] = 0          # it served a token: the stall restarts are not in a row
         if h["verdict"] in (OK, SATURATED):
@@ -331,9 +314,9 @@ class ModelPool:
         self._misses[i] = self._misses.get(i, 0) + 1
         wedged = h["verdict"] == WEDGED
         if self.endpoints[i].in_rotation:
-            log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name, _verdict_line(h))
+            log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name, verdict_line(h))
         if h["alive"] and self._misses[i] < self.cfg.unhealthy_checks:
-            return self._set_endpoint(i, "", False, _verdict_line(h))
+            return self._set_endpoint(i, "", False, verdict_line(h))
         self._misses[i] = 0
         cause = "wedged" if wedged else ("dead" if not h["alive"] else "down")
         factor: float | None = None
@@ -348,7 +331,7 @@ class ModelPool:
         why = f"restarting: {cause}" + (f" (stall restart {self._stall_restarts[i]} of "
                                           f"{self.cfg.max_stall_restarts})" if wedged else "")
         changed = self._set_endpoint(i, "", False, why)
-        self._event(i, "restart", cause=cause, window_factor=factor, **_verdict_record(h))
+        self._event(i, "restart", cause=cause, window_factor=factor, **verdict_record(h))
         restart.append((i, factor))
         return changed
 
@@ -381,7 +364,7 @@ class ModelPool:
                             + (f"; model.engine_args.dtype={dtype} is set explicitly" if dtype else ""))
         if rate and rate * float(h.get("window_s") or 0.0) < batched_tokens(m.engine_args):
             hints.append("lower model.engine_args.max_num_batched_tokens / max_model_len")
-        return (f"replica {i} wedged after {restarts} restart(s) in a row: {_verdict_line(h)}; {measured}. "
+        return (f"replica {i} wedged after {restarts} restart(s) in a row: {verdict_line(h)}; {measured}. "
                 f"Change: {'; '.join(hints)}")
 
     def _event(self, replica: int, event: str, **fields: Any) -> None:

@@ -268,51 +268,13 @@ class ChatClient:
         request is :class:`RequestRejected` at once. ``endpoint_retries=False``: a failure of the
         endpoint itself (:func:`endpoint_down`) is raised at once, spending no retry: the router
         waits for a replica instead (:class:`EpisodeClient`)."""
-        temp = self.sampling.temperature if temperature is None else temperature
-        kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
-                                      temperature=temp, top_p=self.sampling.top_p)
-        s = seed if seed is not None else self.sampling.seed
-        if s is not None:
-            kwargs["seed"] = s
-        if json_schema is not None:
-            kwargs["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "action", "schema": json_schema}}
-        if regex is not None:
-            kwargs["structured_outputs"] = {"regex": regex}
+        kwargs = self._body(messages, max_tokens, json_schema, seed, regex, temperature)
         gate = self.gate or current_gate.get()
         # the budget first (it may wait for room, or refuse): a waiting call holds no slot
         ticket = await gate.reserve(messages, max_tokens) if gate is not None else None
         c: Completion | None = None
         try:
-            attempt = 0
-            while True:
-                try:
-                    async with self._slots:
-                        t0 = time.perf_counter()
-                        # a deadline for the whole call: the HTTP client's timeout is per read, so an
-                        # endpoint dripping a byte a second would hold the call forever
-                        resp = await asyncio.wait_for(self._post(kwargs), self.sampling.timeout_s)
-                        latency = time.perf_counter() - t0
-                    if not resp.choices or resp.choices[0].message is None:
-                        raise MalformedResponse("the answer has no choices")
-                    break
-                except Exception as e:  # noqa: BLE001 - openai's typed errors, a bad body; classified below
-                    status = getattr(e, "status_code", None)
-                    what = f"{type(e).__name__}: {e}" if not isinstance(e, TimeoutError) else \
-                        f"TimeoutError: no complete answer within request_timeout_s={self.sampling.timeout_s:g} s"
-                    what += f" [endpoint {self.endpoint.model} at {where(self.endpoint.base_url)}]"
-                    if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404) \
-                            and status not in RETRY_STATUS:
-                        raise RequestRejected(what) from e
-                    if not retryable(e) or (not endpoint_retries and endpoint_down(e)):
-                        raise GenerationError(what) from e
-                    if attempt >= self.sampling.max_retries:
-                        raise GenerationError(f"{what} (after {attempt + 1} attempts)") from e
-                    if retry_budget is not None and not retry_budget.take():
-                        raise GenerationError(f"{what} (the episode's {retry_budget.limit} retries are spent)") from e
-                    attempt += 1
-                    self.retries += 1
-                    await asyncio.sleep(self._delay(attempt, retry_after(e)))
+            resp, t0, latency = await self._send(kwargs, retry_budget, endpoint_retries)
             choice = resp.choices[0]
             usage = resp.usage
             c = Completion(text=choice.message.content or "",
@@ -326,6 +288,56 @@ class ChatClient:
                 await gate.settle(ticket, c.prompt_tokens if c else 0, c.completion_tokens if c else 0)
         self.usage.add(c)
         return c
+
+    def _body(self, messages: list[dict[str, str]], max_tokens: int, json_schema: dict[str, Any] | None,
+              seed: int | None, regex: str | None, temperature: float | None) -> dict[str, Any]:
+        """The request body: the client's sampling, this call's overrides and constraints."""
+        temp = self.sampling.temperature if temperature is None else temperature
+        kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, max_tokens=max_tokens,
+                                      temperature=temp, top_p=self.sampling.top_p)
+        s = seed if seed is not None else self.sampling.seed
+        if s is not None:
+            kwargs["seed"] = s
+        if json_schema is not None:
+            kwargs["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "action", "schema": json_schema}}
+        if regex is not None:
+            kwargs["structured_outputs"] = {"regex": regex}
+        return kwargs
+
+    async def _send(self, kwargs: dict[str, Any], retry_budget: RetryBudget | None,
+                    endpoint_retries: bool) -> tuple[Any, float, float]:
+        """Post the body, retrying what :meth:`chat` says; (response, start, latency) of the
+        attempt that answered."""
+        attempt = 0
+        while True:
+            try:
+                async with self._slots:
+                    t0 = time.perf_counter()
+                    # a deadline for the whole call: the HTTP client's timeout is per read, so an
+                    # endpoint dripping a byte a second would hold the call forever
+                    resp = await asyncio.wait_for(self._post(kwargs), self.sampling.timeout_s)
+                    latency = time.perf_counter() - t0
+                if not resp.choices or resp.choices[0].message is None:
+                    raise MalformedResponse("the answer has no choices")
+                return resp, t0, latency
+            except Exception as e:  # noqa: BLE001 - openai's typed errors, a bad body; classified below
+                status = getattr(e, "status_code", None)
+                what = f"{type(e).__name__}: {e}" if not isinstance(e, TimeoutError) else \
+                    f"TimeoutError: no complete answer within request_timeout_s={self.sampling.timeout_s:g} s"
+                what += f" [endpoint {self.endpoint.model} at {where(self.endpoint.base_url)}]"
+                if isinstance(status, int) and 400 <= status < 500 and status not in (401, 403, 404) \
+                        and status not in RETRY_STATUS:
+                    raise RequestRejected(what) from e
+                if not retryable(e) or (not endpoint_retries and endpoint_down(e)):
+                    raise GenerationError(what) from e
+                if attempt >= self.sampling.max_retries:
+                    raise GenerationError(f"{what} (after {attempt + 1} attempts)") from e
+                if retry_budget is not None and not retry_budget.take():
+                    raise GenerationError(f"{what} (the episode's {retry_budget.limit} retries are spent)") from e
+                attempt += 1
+                self.retries += 1
+                await asyncio.sleep(self._delay(attempt, retry_after(e)))
 
     def _post(self, body: dict[str, Any]) -> Awaitable[Any]:
         """``POST /chat/completions`` with ``body`` as it is: the SDK's typed errors, auth and
