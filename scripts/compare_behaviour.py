@@ -1,6 +1,7 @@
 """What a refactor must not change, compared between two commits: the CLI (every command's
-``--help``), the YAML under ``conf/``, the Parquet columns of every table a run writes, and the
-keys of its run-info records.
+``--help``), what the YAML under ``conf/`` says (not its comments), every table's declared
+Parquet columns and types (each benchmark's episodes too), the columns of the tables a run
+writes, the keys of its run-info records and the run dir's layout.
 
     .venv/bin/python scripts/compare_behaviour.py BASE [HEAD]     # HEAD defaults to the work tree
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,15 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 COMMANDS = ["run", "estimate", "pairwise", "analyst-checklists", "metrics", "tables", "report", "show", "repair",
             "export", "convert-realtimeqa", "doctor"]
+SCHEMAS = """
+import json
+import engine.storage as s
+from engine.benchmarks import get_benchmark
+out = {n: [f"{f.name}: {f.type}" for f in getattr(s, n)] for n in dir(s) if n.endswith("_SCHEMA")}
+for b in ("newsagent", "livenews", "analyst"):
+    out[f"episodes of {b}"] = [f"{f.name}: {f.type}" for f in s.episode_schema(get_benchmark(b).episode_fields)]
+print(json.dumps(out))
+"""
 RUN = ["agent=newsagent_rule_based", "benchmark.limit=2", "judge=none", "cluster.num_workers=1"]
 
 
@@ -51,7 +62,12 @@ def probe(tree: Path, scratch: Path) -> dict[str, Any]:
     cli = {"--help": sh([PY, "-m", "ray_jobs.cli", "--help"], tree, env)}
     for c in COMMANDS:
         cli[c] = sh([PY, "-m", "ray_jobs.cli", c, "--help"], tree, env)
-    conf = {str(p.relative_to(tree)): p.read_text() for p in sorted((tree / "conf").rglob("*.yaml"))}
+    import yaml
+
+    # what the YAML says (comments, which name source files, may change)
+    conf = {str(p.relative_to(tree)): yaml.safe_load(p.read_text()) for p in sorted((tree / "conf").rglob("*.yaml"))}
+    # every table's declared columns and types (the run below writes only some tables)
+    schemas = json.loads(sh([PY, "-c", SCHEMAS], tree, env).split("\n", 1)[1])
     run_dir = scratch / "run"
     out = sh([PY, "-m", "ray_jobs.run", *RUN, f"run.dir={run_dir}"], tree, env)
     if not out.startswith("[exit 0]"):
@@ -66,8 +82,10 @@ def probe(tree: Path, scratch: Path) -> dict[str, Any]:
     for f in sorted(run_dir.rglob("*.json")):
         name = "/".join(f.relative_to(run_dir).parts[:-1] + (f.name.split("-")[0],))
         infos[name] = sorted(set(infos.get(name, [])) | keys(json.loads(f.read_text())))
-    layout = sorted({"/".join(p.relative_to(run_dir).parts[:1]) for p in run_dir.rglob("*")})
-    return {"cli": cli, "conf": conf, "columns": columns, "run_info": infos, "layout": layout}
+    # the run dir's top level, with the timestamps and ids in file names as *
+    layout = sorted({re.sub(r"\d{8}-\d{6}(-[0-9a-f]+)?", "*", p.relative_to(run_dir).parts[0])
+                     for p in run_dir.rglob("*")})
+    return {"cli": cli, "conf": conf, "schemas": schemas, "columns": columns, "run_info": infos, "layout": layout}
 
 
 def main(argv: list[str]) -> int:
@@ -91,7 +109,7 @@ def main(argv: list[str]) -> int:
                 if rev is not None:
                     subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
     differ = 0
-    for part in ("cli", "conf", "columns", "run_info", "layout"):
+    for part in ("cli", "conf", "schemas", "columns", "run_info", "layout"):
         a, b = sides["base"][part], sides["head"][part]
         if a == b:
             n = len(a)
