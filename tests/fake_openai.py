@@ -115,6 +115,21 @@ class FakeOpenAI:
         return self.fault.faults
 
     @property
+    def mix(self) -> dict[str, float]:
+        """The fault mix the next requests draw from; a test may change it mid-run."""
+        assert self.fault is not None, "a server without faults=Faults(...)"
+        return self.fault.mix
+
+    @mix.setter
+    def mix(self, value: dict[str, float]) -> None:
+        assert self.fault is not None, "a server without faults=Faults(...)"
+        bad = set(value) - set(KINDS)
+        if bad:
+            raise ValueError(f"unknown fault kinds {sorted(bad)}; known: {KINDS}")
+        with self.fault._lock:
+            self.fault.mix = dict(value)
+
+    @property
     def times(self) -> list[float]:
         assert self.fault is not None, "a server without faults=Faults(...)"
         return self.fault.times

@@ -187,3 +187,24 @@ def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
         with FaultServer(hello, mix={kind: 1.0}, retry_after_s=0.05) as srv:
             aio, httpx = both(srv.base_url)
     assert aio.split(":")[0] == httpx.split(":")[0], (aio, httpx)
+
+
+def test_a_mix_changed_mid_run_is_what_the_next_requests_draw():
+    """A test that heals the server mid-run (``srv.mix = {"ok": 1.0}``) gets no more faults: the
+    mix is the server's, not a copy (a copy let a retry run meet faults again, by chance)."""
+    async def ask(url: str) -> str:
+        c = ChatClient(Endpoint(url, "m"), SamplingParams(timeout_s=2.0, max_retries=0))
+        try:
+            return (await c.chat(USER, 8)).text
+        except GenerationError as e:
+            return f"failed: {e}"
+        finally:
+            await c.close()
+
+    with FaultServer(hello, mix={"500": 1.0}) as srv:
+        assert asyncio.run(ask(srv.base_url)).startswith("failed")
+        srv.mix = {"ok": 1.0}
+        assert not any(asyncio.run(ask(srv.base_url)).startswith("failed") for _ in range(5))
+        assert srv.faults == {"500": 1, "ok": 5}
+        with pytest.raises(ValueError, match="unknown fault kinds"):
+            srv.mix = {"teapot": 1.0}
