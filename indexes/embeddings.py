@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.errors import ConfigError
+from engine.storage.fs import is_uri, open_root
 from indexes.corpus import content_hash
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Embedder:
 
         self.model_name = model_name
         self.batch_size = batch_size
+        self.encoded = 0           # texts this embedder has encoded (a replica that loaded its corpus: 0)
         self.device = pick_torch_device(device)
         path = resolve_model_path(model_name)
         # all-MiniLM-L6-v2's shape (BERT, mean pooling, normalize) runs in plain torch: the same
@@ -84,6 +86,7 @@ class Embedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        self.encoded += len(texts)
         if self._fast is not None:
             return np.ascontiguousarray(self._fast.encode(list(texts), self.batch_size), dtype=np.float32)
         vecs = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
@@ -92,21 +95,40 @@ class Embedder:
 
 
 class EmbeddingCache:
-    """Parquet shards of (hash, vector) per embedding model; new vectors go to a new shard,
-    written to a staging name and renamed, so a crash never leaves a half-written shard."""
+    """Parquet shards of (hash, vector) per embedding model under ``root``: a local folder or a
+    filesystem URI (``s3://bucket/run/_embeddings``), so the vectors can live in the run dir and a
+    fresh cluster loads them instead of re-embedding the corpus. New vectors go to a new shard; on
+    a local disk it is written to a staging name and renamed (a crash never leaves a half-written
+    shard); an object store's put is already all or nothing."""
 
     def __init__(self, root: str | Path, model_name: str, dim: int) -> None:
         safe = model_name.replace("/", "__")
-        self.dir = Path(root) / safe
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.fs, base = open_root(root)
+        self.local = not is_uri(root)
+        self.root = f"{base}/{safe}"
+        self.fs.create_dir(self.root, recursive=True)
         self.dim = dim
         self.schema = pa.schema([("hash", pa.string()), ("vector", pa.list_(pa.float32(), dim))])
+
+    @property
+    def dir(self) -> Path:
+        """The shard folder on a local disk (tests look into it)."""
+        if not self.local:
+            raise ValueError(f"{self.root} is not on a local disk")
+        return Path(self.root)
+
+    def shards(self) -> list[str]:
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File
+                      and i.base_name.startswith("part-") and i.base_name.endswith(".parquet"))
 
     def load(self, wanted: Iterable[str]) -> dict[str, np.ndarray]:
         wanted = set(wanted)
         found: dict[str, np.ndarray] = {}
-        for shard in sorted(self.dir.glob("part-*.parquet")):
-            table = pq.read_table(shard, schema=self.schema)
+        for shard in self.shards():
+            table = pq.read_table(shard, schema=self.schema, filesystem=self.fs)
             hashes = table.column("hash").to_pylist()
             # the schema's type (the stubs say a plain Array)
             vectors = cast("pa.FixedSizeListArray[Any, Any]", table.column("vector").combine_chunks())
@@ -123,15 +145,27 @@ class EmbeddingCache:
         vec = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1).astype(np.float32)), self.dim)
         table = pa.Table.from_arrays([pa.array(hashes, pa.string()), vec], schema=self.schema)
         name = f"part-{uuid.uuid4().hex[:12]}.parquet"
-        tmp = self.dir / f".staging-{name}"
+        if not self.local:
+            pq.write_table(table, f"{self.root}/{name}", filesystem=self.fs)
+            return
+        tmp = Path(self.root) / f".staging-{name}"
         pq.write_table(table, tmp)
-        tmp.rename(self.dir / name)
+        tmp.rename(Path(self.root) / name)
 
 
-def embed_with_cache(texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None) -> np.ndarray:
-    """Embed texts, reusing cached vectors by content hash and caching the new ones."""
+def embed_with_cache(texts: Sequence[str], embedder: Embedder, cache: EmbeddingCache | None,
+                     seed: EmbeddingCache | None = None) -> np.ndarray:
+    """Embed texts, reusing cached vectors by content hash and caching the new ones. Vectors
+    missing from ``cache`` but held by ``seed`` (a machine's own cache) are copied into ``cache``
+    rather than embedded again."""
     hashes = [content_hash(t) for t in texts]
     known = cache.load(hashes) if cache is not None else {}
+    if seed is not None and cache is not None:
+        copied = seed.load(set(hashes) - set(known))
+        if copied:
+            log.info("copying %d cached vectors from %s", len(copied), seed.root)
+            cache.add(sorted(copied), np.stack([copied[h] for h in sorted(copied)]))
+            known.update(copied)
     missing = sorted({h: t for h, t in zip(hashes, texts) if h not in known}.items())
     if missing:
         log.info("embedding %d new texts (%d cached)", len(missing), len(set(hashes)) - len(missing))
@@ -143,3 +177,14 @@ def embed_with_cache(texts: Sequence[str], embedder: Embedder, cache: EmbeddingC
     for i, h in enumerate(hashes):
         out[i] = known[h]
     return out
+
+
+RUN_DIR_CACHE = "_embeddings"
+
+
+def embedding_cache_dir(run_dir: str) -> str:
+    """The run dir's embedding cache (a URI stays a URI; its query string is kept)."""
+    if is_uri(run_dir):
+        base, sep, query = run_dir.partition("?")
+        return f"{base.rstrip('/')}/{RUN_DIR_CACHE}{sep}{query}"
+    return str(Path(run_dir) / RUN_DIR_CACHE)

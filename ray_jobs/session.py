@@ -19,9 +19,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import ClusterConfig, Config, ModelConfig, PairwiseConfig, stable_hash, to_plain
+from engine.config import (
+    ClusterConfig,
+    Config,
+    ModelConfig,
+    PairwiseConfig,
+    index_replica_count,
+    service_replica_count,
+    stable_hash,
+    to_plain,
+)
+from engine.hosting.prepare_model import cache_dir as machine_cache_dir
 from engine.llm import Endpoint
 from engine.protocol import Benchmark
+from engine.runtime.actors import members
+from indexes.embeddings import embedding_cache_dir
+from indexes.service import CorpusSource, start_index_replicas
 
 if TYPE_CHECKING:
     from engine.hosting.replica import ModelPool
@@ -40,6 +53,13 @@ def ray_auth_mode(c: ClusterConfig, job: bool = False) -> str:
                         "can run code on it")
         return str(c.ray_auth_mode)
     return os.environ.get("RAY_AUTH_MODE") or ("disabled" if local else "token")
+
+
+def _alive_nodes() -> int:
+    """Alive nodes of the connected cluster (what ``replicas: auto`` of the index and services counts)."""
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 def _corpus(benchmark: str, cfg: Config) -> list[Any]:
@@ -189,7 +209,6 @@ class Session:
     # -- index and services ------------------------------------------------------------------
     def index(self, cfg: Config, bench: Benchmark[Any]) -> Any | None:
         """The shared FAISS index actor over the benchmark's corpus (None when it has none)."""
-        from indexes.service import CorpusSource, start_index_service
 
         key = stable_hash(to_plain(cfg.benchmark) | {"limit": None}, to_plain(cfg.index), bench.name)
         if key in self.indexes:
@@ -197,14 +216,12 @@ class Session:
         if not bench.corpus(cfg):
             return None
         docs = CorpusSource(_corpus, (bench.name, cfg))          # the actor loads it (no object-store args)
-        cache = cfg.index.cache_dir or None
-        if cache is None:
-            from engine.hosting.prepare_model import cache_dir
-
-            cache = str(cache_dir() / "embeddings")
         i = cfg.index
-        handle = start_index_service(docs, i.embedding_model, i.device, i.embed_batch_size, cache, i.num_cpus,
-                                     i.num_gpus, resources=i.resources)
+        cache = i.cache_dir or embedding_cache_dir(cfg.run.dir)
+        nodes = _alive_nodes() if i.replicas == "auto" else None
+        handle = start_index_replicas(index_replica_count(i, nodes), docs, i.embedding_model, i.device,
+                                      i.embed_batch_size, cache, i.num_cpus, i.num_gpus, resources=i.resources,
+                                      seed_dir=str(machine_cache_dir() / "embeddings"))
         self.indexes[key] = handle
         return handle
 
@@ -216,7 +233,8 @@ class Session:
             key = spec.identity or stable_hash(spec.name, str(spec.factory), spec.kwargs)
             if key not in self.services:
                 t0 = time.time()
-                self.services[key] = start_actor(spec)
+                nodes = _alive_nodes() if cfg.cluster.service_replicas == "auto" else None
+                self.services[key] = start_actor(spec, service_replica_count(cfg.cluster, nodes))
                 log.info("service %s ready in %.1f s", spec.name, time.time() - t0)
             out[spec.name] = self.services[key]
         return out
@@ -244,7 +262,7 @@ class Session:
             import ray
 
             if ray.is_initialized():     # the index and service actors it started, on a cluster that outlives it
-                for h in [*self.indexes.values(), *self.services.values()]:
+                for h in [m for x in [*self.indexes.values(), *self.services.values()] for m in members(x)]:
                     try:
                         ray.kill(h)
                     except Exception as e:  # noqa: BLE001 - teardown goes on

@@ -18,8 +18,10 @@ from engine.config.schema import (
     PairwiseConfig,
     RunConfig,
     engine_batch,
+    index_replica_count,
     judge_model_config,
     replica_count,
+    service_replica_count,
 )
 from engine.config.validate import validate, validate_judge, validate_model, validate_pairwise
 from engine.config.values import (
@@ -35,6 +37,6 @@ from engine.config.values import (
 __all__ = [
     "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "REDACTED", "SCORE_FAILURES", "BudgetConfig", "ClusterConfig",
     "Config", "IndexConfig", "JudgeConfig", "ModelConfig", "PairwiseConfig", "RunConfig", "config_labels",
-    "engine_batch", "judge_model_config", "redact", "redact_url", "replica_count", "secret_values", "stable_hash",
+    "engine_batch", "index_replica_count", "judge_model_config", "redact", "redact_url", "replica_count", "service_replica_count", "secret_values", "stable_hash",
     "to_plain", "validate", "validate_judge", "validate_model", "validate_pairwise",
 ]

@@ -115,9 +115,15 @@ class IndexConfig:
     device: str = "auto"
     # Sentences per embedding batch.
     embed_batch_size: int = 256
-    # Embedding cache (Parquet keyed by content hash). Empty: <DATELINE_CACHE>/embeddings.
+    # Embedding cache (Parquet keyed by content hash): a folder or a URI (s3://...) every index
+    # replica can read. Empty: <run.dir>/_embeddings, seeded from <DATELINE_CACHE>/embeddings when
+    # that holds vectors, so a fresh cluster or a moved index loads vectors instead of re-embedding.
     cache_dir: str = ""
-    # Ray resources of the index actor. With num_gpus 0 it sees no GPU (CUDA_VISIBLE_DEVICES="").
+    # Index replicas (each embeds and searches with its num_cpus threads, or its GPU), spread over
+    # the nodes; workers send each call to the replica they have the fewest calls in flight on.
+    # "auto": one per alive Ray node. See docs/design/sizing.md for the rate one replica serves.
+    replicas: Any = 1
+    # Ray resources of each index replica. With num_gpus 0 it sees no GPU (CUDA_VISIBLE_DEVICES="").
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     # Custom Ray resources of the index actor (e.g. {index: 1} to pin it to such nodes).
@@ -136,6 +142,9 @@ class ClusterConfig:
     worker_num_cpus: float = 0.25
     # Custom Ray resources per episode worker actor (e.g. {worker: 1} to pin workers to such nodes).
     worker_resources: dict[str, float] = field(default_factory=dict)
+    # Replicas of each benchmark service (livenews' web service...): an integer, or "auto" for one
+    # per alive Ray node; workers send each call to the replica they have the fewest calls on.
+    service_replicas: Any = 1
     # Episodes in flight per model: "fixed" (num_workers x episodes_per_worker, every model alike)
     # or "auto" (replicas x engine batch / model_time_share, per model; workers to match):
     # ray_jobs/sizing.py. model_time_share: the part of an episode's time spent in model calls.
@@ -324,6 +333,21 @@ def replica_count(m: ModelConfig, resolved: int | None = None) -> int:
     if m.replicas == "auto":
         return resolved if resolved is not None else 1
     return int(m.replicas)
+
+
+def index_replica_count(i: IndexConfig, nodes: int | None = None) -> int:
+    """Index replicas: the count, or for ``replicas: auto`` one per alive node (``nodes``; 1 before
+    Ray is up, what a local cluster is sized with)."""
+    return _per_node(i.replicas, nodes)
+
+
+def service_replica_count(c: ClusterConfig, nodes: int | None = None) -> int:
+    """Replicas of each benchmark service (``cluster.service_replicas``), as for the index."""
+    return _per_node(c.service_replicas, nodes)
+
+
+def _per_node(value: Any, nodes: int | None) -> int:
+    return max(1, nodes or 1) if value == "auto" else int(value)
 
 
 def engine_batch(m: ModelConfig) -> int:

@@ -160,6 +160,9 @@ def validate(cfg: Config) -> None:
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
     _check(i.embed_batch_size >= 1, "index.embed_batch_size", "must be >= 1")
+    for value, where in ((i.replicas, "index.replicas"), (cfg.cluster.service_replicas, "cluster.service_replicas")):
+        _check(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1), where,
+               f"must be an integer >= 1 or auto, got {value!r}")
     _non_negative(i.num_cpus, "index.num_cpus")
     _non_negative(i.num_gpus, "index.num_gpus")
     _check(-1.0 <= i.threshold <= 1.0, "index.threshold", "cosine threshold must be in [-1, 1]")

@@ -51,9 +51,28 @@ class ActorByName:
             raise RuntimeError(f"actor {self.name!r} (namespace {self.namespace!r}) is gone: {e}") from e
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """Interchangeable actors serving the same calls (the index's replicas, a service's): a plain
+    value holding their handles or :class:`ActorByName` values; clients spread calls over them
+    (:class:`engine.runtime.replicas.Balanced`)."""
+
+    members: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("Replicas needs at least one member")
+
+    def map(self, fn: Any) -> Replicas:
+        return Replicas(tuple(fn(m) for m in self.members))
+
+
 def by_name(obj: Any) -> Any:
     """``obj`` as an :class:`ActorByName` when it is a handle of an actor named with
-    :func:`remember`; anything else (None, a test double, an unnamed handle) unchanged."""
+    :func:`remember` (each member of :class:`Replicas`); anything else (None, a test double, an
+    unnamed handle) unchanged."""
+    if isinstance(obj, Replicas):
+        return obj.map(by_name)
     try:
         key = _NAMES.get(obj)
     except TypeError:             # unhashable test doubles
@@ -62,4 +81,11 @@ def by_name(obj: Any) -> Any:
 
 
 def resolve(obj: Any) -> Any:
+    if isinstance(obj, Replicas):
+        return obj.map(resolve)
     return obj.resolve() if isinstance(obj, ActorByName) else obj
+
+
+def members(obj: Any) -> list[Any]:
+    """The actors behind a handle (itself) or a :class:`Replicas` (its members)."""
+    return list(obj.members) if isinstance(obj, Replicas) else [obj]

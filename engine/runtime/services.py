@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.protocol import ServiceSpec
+from engine.runtime.actors import Replicas, remember, unique_name
+from engine.runtime.replicas import Balanced
 
 
 def _factory(spec: ServiceSpec) -> Callable[..., Any]:
@@ -42,35 +44,38 @@ class LocalService:
 
 
 class RemoteService:
-    """Async proxy over a Ray actor handle: ``await svc.search(...)``."""
+    """Async proxy over a Ray actor handle, or over a service's
+    :class:`~engine.runtime.actors.Replicas` (each call to the least loaded one):
+    ``await svc.search(...)``."""
 
     def __init__(self, handle: Any) -> None:
-        self._handle = handle
+        self._calls = Balanced(handle)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._handle, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await method.remote(*args, **kwargs)
-
-        return call
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._calls.method(name)
 
 
 def build_local(spec: ServiceSpec) -> LocalService:
     return LocalService(_factory(spec)(**spec.kwargs))
 
 
-def start_actor(spec: ServiceSpec) -> Any:
-    """Start the service as a Ray actor and wait until it is built (so failures surface here)."""
+def start_actor(spec: ServiceSpec, replicas: int = 1) -> Any:
+    """Start the service as a Ray actor and wait until it is built (so failures surface here);
+    with ``replicas`` > 1, that many actors spread over the nodes, as :class:`Replicas`."""
     import ray
 
     cls = ray.remote(_factory(spec))
     # a service whose process or node dies is rebuilt by Ray from the same arguments (its state is
     # derived from them), and calls in flight are retried there: a service's calls only read
-    from engine.runtime.actors import remember, unique_name
-
-    name = unique_name("service")      # workers find it by name (engine.runtime.actors)
-    handle = cls.options(num_cpus=spec.num_cpus, max_concurrency=64, name=name, max_restarts=-1,
-                         max_task_retries=-1).remote(**spec.kwargs)
-    ray.get(handle.__ray_ready__.remote())
-    return remember(handle, name)
+    handles = []
+    for _ in range(replicas):
+        name = unique_name("service")      # workers find it by name (engine.runtime.actors)
+        opts: dict[str, Any] = {"num_cpus": spec.num_cpus, "max_concurrency": 64, "name": name, "max_restarts": -1,
+                                "max_task_retries": -1}
+        if replicas > 1:
+            opts["scheduling_strategy"] = "SPREAD"
+        handles.append(remember(cls.options(**opts).remote(**spec.kwargs), name))
+    ray.get([h.__ray_ready__.remote() for h in handles])
+    return handles[0] if replicas == 1 else Replicas(tuple(handles))

@@ -20,6 +20,7 @@ from engine.errors import WorkerStartError
 from engine.hosting.events import ReplicaEvents
 from engine.runtime.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
 from engine.runtime.progress import Progress
+from engine.runtime.replicas import gather_stats
 from engine.runtime.writer import StoreWriter
 from engine.storage import EpisodeStore
 from ray_jobs import stopping
@@ -374,8 +375,8 @@ class DispatchLoop:
             p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
                           failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
                           tokens_out=st["tokens_out"])
-            p.info["index_stats"] = ray.get(p.index.get_stats.remote()) if p.index is not None else None
-            p.info["service_stats"] = {k: ray.get(h.get_stats.remote()) for k, h in p.services.items()}
+            p.info["index_stats"] = gather_stats(p.index) if p.index is not None else None
+            p.info["service_stats"] = {k: gather_stats(h) for k, h in p.services.items()}
 
 
 def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:

@@ -17,8 +17,10 @@ from engine.benchmarks import get_benchmark
 from engine.config import (
     Config,
     engine_batch,
+    index_replica_count,
     judge_model_config,
     replica_count,
+    service_replica_count,
     to_plain,
     validate,
 )
@@ -163,8 +165,9 @@ def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
     jm = j.hosted_model if j.kind == "hosted" else None
     judge_cpus = replica_count(jm) * jm.num_cpus if jm is not None and jm.kind == "vllm" and jm != m else 0
     judge_cpus += j.actors * j.actor_cpus if j.kind != "none" and judges_episodes(bench) else 0   # judge actors
-    return ((replica_count(m) * m.num_cpus if hosted else 0) + judge_cpus + cfg.index.num_cpus
-            + c.num_workers * c.worker_num_cpus + sum(s.num_cpus for s in bench.services(cfg)))
+    return ((replica_count(m) * m.num_cpus if hosted else 0) + judge_cpus + index_replica_count(cfg.index) * cfg.index.num_cpus
+            + c.num_workers * c.worker_num_cpus
+            + service_replica_count(c) * sum(s.num_cpus for s in bench.services(cfg)))
 
 
 @dataclass

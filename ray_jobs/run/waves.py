@@ -12,7 +12,9 @@ from typing import Any
 
 from engine.config import (
     ModelConfig,
+    index_replica_count,
     replica_count,
+    service_replica_count,
     stable_hash,
     to_plain,
 )
@@ -81,8 +83,9 @@ def run_waves(work: list[Point], models: dict[str, ModelConfig], session: Sessio
     for p in work:
         c, i = p.cfg.cluster, p.cfg.index
         for key, cpus in ((f"workers:{p.pools[:1]}", c.num_workers * c.worker_num_cpus if p.generate else 0.0),
-                          (f"index:{stable_hash(to_plain(i), p.bench.name)}", i.num_cpus if p.generate else 0.0),
-                          *((f"svc:{s.name}", s.num_cpus) for s in (p.bench.services(p.cfg) if p.generate else []))):
+                          (f"index:{stable_hash(to_plain(i), p.bench.name)}",
+                           index_replica_count(i) * i.num_cpus if p.generate else 0.0),
+                          *((f"svc:{s.name}", service_replica_count(c) * s.num_cpus) for s in (p.bench.services(p.cfg) if p.generate else []))):
             if key not in seen:
                 seen.add(key)
                 fixed["CPU"] += cpus

@@ -313,3 +313,29 @@ def test_an_agentic_analyst_episode_leaves_its_figure_and_code_on_s3(s3_env, tmp
     assert "artifacts/00000000000000e1/report.md" in keys
     with store.fs.open_input_stream(f"{store.base}/artifacts/00000000000000e1/report.md") as f:
         assert f.read().decode() == REPORT
+
+
+def test_embedding_cache_in_an_s3_run_dir(s3_env):
+    """The index's embedding cache in the run dir on S3 (issue 33): a fresh replica elsewhere
+    loads the vectors instead of embedding the corpus again."""
+    import numpy as np
+
+    from indexes.corpus import content_hash
+    from indexes.embeddings import EmbeddingCache, embed_with_cache, embedding_cache_dir
+
+    root = embedding_cache_dir(_uri(s3_env))
+    texts = ["one", "two", "three"]
+    vecs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    cache = EmbeddingCache(root, "org/m", 4)
+    cache.add([content_hash(t) for t in texts[:2]], vecs[:2])
+    cache.add([content_hash(texts[2])], vecs[2:])
+    assert len(cache.shards()) == 2 and all("/_embeddings/org__m/part-" in s for s in cache.shards())
+
+    class Exploding:
+        model_name, dim = "org/m", 4
+
+        def encode(self, batch):
+            raise AssertionError("vectors in the S3 cache must not be embedded again")
+
+    got = embed_with_cache(texts, Exploding(), EmbeddingCache(root, "org/m", 4))  # type: ignore[arg-type]
+    assert np.array_equal(got, vecs)
