@@ -30,6 +30,7 @@ from engine.budget.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.config import Config, replica_count, to_plain, validate
 from engine.runtime.progress import table
 from engine.storage import EpisodeStore
+from ray_jobs.sizing import Rate, measured_rate, size_by_work
 
 PILOT_DIR = "_pilot"
 DEFAULT_TASKS = 3
@@ -54,15 +55,22 @@ class Projection:
     judge_replicas: int = 0
     # "model", "judge" (token prices of the judge calls), "judge_model" (a hosted judge's uptime)
     prices: dict[str, Prices] = field(default_factory=dict)
+    # replicas: auto, measured by the pilot: the plan's pools ("model", "judge_model"), each
+    # {"replicas", "per_item_s" (replica-seconds per episode), "load_s"}; wall time and uptime
+    # then follow the plan (the dispatch of its replicas), not the pilot's one replica
+    planned: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def tokens(self, n: int) -> dict[str, float]:
         return {k: self.per_episode[k] * n for k in ("tokens_in", "tokens_out", "judge_tokens_in", "judge_tokens_out")}
 
     def wall_s(self, n: int, optimistic: bool = False) -> float:
         """Startup plus generation and judging for ``n`` episodes: at the pilot's throughput, or
-        (``optimistic``) with every wave of ``slots`` episodes as fast as the pilot's waves."""
+        (``optimistic``) with every wave of ``slots`` episodes as fast as the pilot's waves. With
+        a plan (auto replicas): the slowest pool's load plus its work over its replicas."""
         if n <= 0:
             return 0.0
+        if self.planned:
+            return max(p["load_s"] + n * p["per_item_s"] / max(p["replicas"], 1) for p in self.planned.values())
         per = self.per_episode["gen_s"] + self.per_episode["judge_s"]
         if not optimistic:
             return self.startup_s + per * n
@@ -70,16 +78,28 @@ class Projection:
         wave_s = per * self.pilot_episodes / pilot_waves
         return self.startup_s + wave_s * math.ceil(n / self.slots)
 
+    def pool_uptime_s(self, n: int, pool: str) -> float:
+        """Replica-seconds a pool ("model" or "judge_model") holds for ``n`` episodes: its replicas
+        over the wall time, or under a plan each replica's load plus the pool's work (a drained pool
+        is released: ray_jobs/allocation.py)."""
+        if n <= 0:
+            return 0.0
+        if pool in self.planned:
+            p = self.planned[pool]
+            return p["replicas"] * p["load_s"] + n * p["per_item_s"]
+        return self.wall_s(n) * (self.model_replicas if pool == "model" else self.judge_replicas)
+
     def replica_hours(self, n: int) -> float:
-        return self.wall_s(n) * (self.model_replicas + self.judge_replicas) / 3600.0
+        return (self.pool_uptime_s(n, "model") + self.pool_uptime_s(n, "judge_model")) / 3600.0
 
     def cost(self, n: int) -> float:
-        """Tokens at their prices, plus every hosted replica's uptime over the wall time."""
-        t, up = self.tokens(n), self.wall_s(n)
+        """Tokens at their prices, plus every hosted replica's uptime."""
+        t = self.tokens(n)
         return (token_cost(t["tokens_in"], t["tokens_out"], self.prices["model"])
                 + token_cost(t["judge_tokens_in"], t["judge_tokens_out"], self.prices["judge"])
-                + uptime_cost(up * self.model_replicas, self.prices["model"])
-                + (uptime_cost(up * self.judge_replicas, self.prices["judge_model"]) if self.judge_replicas else 0.0))
+                + uptime_cost(self.pool_uptime_s(n, "model"), self.prices["model"])
+                + (uptime_cost(self.pool_uptime_s(n, "judge_model"), self.prices["judge_model"])
+                   if self.judge_replicas else 0.0))
 
     def render(self) -> str:
         """The table: the pilot as measured (through the same formulas), per episode, the full
@@ -105,7 +125,10 @@ class Projection:
         head = (f"estimate {self.label}: {self.benchmark} | model {self.model} | config {self.config_hash}\n"
                 f"pilot: {self.pilot_episodes} episodes ({self.pilot_ok} ok) in {self.pilot_dir}; full run: "
                 f"{self.full_episodes} episodes, {self.full_episodes - self.remaining_episodes} already ok in run.dir; "
-                f"startup {_dur(self.startup_s)}\n")
+                f"startup {_dur(self.startup_s)}\n"
+                + "".join(f"replicas of the {k.replace('_', ' ')}: {int(p['replicas'])} (model.replicas=auto, planned by "
+                          f"work: {p['per_item_s']:.1f} replica-s per episode, load {_dur(p['load_s'])})\n"
+                          for k, p in self.planned.items()))
         unpriced = [k for k in ("model", "judge") if not self.prices[k].configured]
         note = (f"(no prices for the {' and '.join(unpriced)}: counted as 0; set model.price_* / judge.price_*)\n"
                 if unpriced else "")
@@ -134,8 +157,11 @@ def pilot_config(cfg: Config, tasks: int) -> Config:
     return p
 
 
-def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
-    """The projection from the pilot run dir (the pilot must have run)."""
+def project(cfg: Config, pilot_cfg: Config, label: str = "",
+            nodes: list[dict[str, float]] | None = None) -> Projection:
+    """The projection from the pilot run dir (the pilot must have run). ``nodes``: what each node
+    of the cluster has (``model.replicas: auto`` is priced as the replicas the plan would start
+    there, from the pilot's replica-seconds per episode)."""
     from ray_jobs.run.planning import plan
 
     bench = get_benchmark(cfg.benchmark.name)
@@ -171,13 +197,55 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "") -> Projection:
     if jm is not None and jm.kind == "vllm" and jm != m:
         prices["judge_model"] = jp.uptime
         judge_replicas = replica_count(jm)
+    planned = plan_auto(cfg, infos, len(full.specs), nodes or [], model_replicas > 0, judge_replicas > 0)
+    model_replicas = int(planned["model"]["replicas"]) if "model" in planned else model_replicas
+    judge_replicas = int(planned["judge_model"]["replicas"]) if "judge_model" in planned else judge_replicas
     return Projection(label=label or full.config_hash[:8], benchmark=bench.name,
                       model=m.name if uses_model else "none", config_hash=full.config_hash,
                       pilot_dir=str(pilot.run_dir),
                       pilot_episodes=n, pilot_ok=sum(r["status"] == "ok" for r in rows),
                       full_episodes=len(full.specs), remaining_episodes=len(full.todo), per_episode=per,
                       startup_s=startup, slots=cfg.cluster.num_workers * cfg.cluster.episodes_per_worker,
-                      model_replicas=model_replicas, judge_replicas=judge_replicas, prices=prices)
+                      model_replicas=model_replicas, judge_replicas=judge_replicas, prices=prices, planned=planned)
+
+
+def plan_auto(cfg: Config, infos: list[dict[str, Any]], episodes: int, nodes: list[dict[str, float]],
+              model_hosted: bool, judge_hosted: bool) -> dict[str, dict[str, float]]:
+    """The replicas ``model.replicas: auto`` (and a hosted judge's) would get for ``episodes``
+    episodes on ``nodes``, by the sizing the run uses (:func:`ray_jobs.sizing.size_by_work`), from
+    the pilot's measured rates; empty when nothing is auto, no node is known, or a rate is missing."""
+    m, j = cfg.model, cfg.judge
+    jm = j.hosted_model if j.kind == "hosted" and judge_hosted else None
+    pools = {k: mc for k, mc in (("model", m if model_hosted else None), ("judge_model", jm)) if mc is not None}
+    if not nodes or not any(mc.replicas == "auto" for mc in pools.values()):
+        return {}
+    rates: dict[str, Rate] = {}
+    for k, mc in pools.items():
+        r = measured_rate(infos, mc.name, as_judge=k == "judge_model")
+        if r is None:
+            return {}
+        rates[k] = r
+    work = {k: episodes * r.per_item_s for k, r in rates.items()}
+    load = {k: r.load_s for k, r in rates.items()}
+    upstream: dict[str, tuple[str, ...]] = {"judge_model": ("model",)} if len(pools) == 2 else {}
+    counts = size_by_work(pools, work, load, nodes, 0.0, upstream, efficiency=cfg.cluster.sizing_efficiency)
+    if counts is None:
+        return {}
+    return {k: {"replicas": float(counts[k]), "per_item_s": rates[k].per_item_s, "load_s": load[k]}
+            for k in pools if pools[k].replicas == "auto"}
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """What each alive node of the connected Ray cluster has (empty when Ray is not up)."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return []
+        return [{k: float(v) for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+                for n in ray.nodes() if n.get("Alive")]
+    except ImportError:  # pragma: no cover
+        return []
 
 
 def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label: str = "") -> Projection:
@@ -187,7 +255,7 @@ def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label:
     validate(cfg)
     pc = pilot_config(cfg, tasks)
     run(pc, session)
-    proj = project(cfg, pc, label)
+    proj = project(cfg, pc, label, cluster_nodes())
     sys.stdout.write(proj.render() + "\n")
     sys.stdout.flush()
     return proj

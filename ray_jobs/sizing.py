@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.config import ClusterConfig, ModelConfig, engine_batch
+from engine.benchmarks import get_benchmark
+from engine.config import ClusterConfig, ModelConfig, engine_batch, stable_hash, to_plain
+from engine.storage import EpisodeStore, is_run_dir
+from ray_jobs.allocation import EFFICIENCY, PoolWork, plan
 
 log = logging.getLogger("dateline.sizing")
 
@@ -138,9 +141,6 @@ def projected_tokens(store: Any, config_hash: str, run_dir: str | Path, model_na
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.benchmarks import get_benchmark
-    from engine.storage import EpisodeStore, is_run_dir
-
     def mean_tokens(s: Any, **kw: Any) -> float | None:
         try:
             t = s.episodes(columns=["tokens_in", "tokens_out", "model", "status"], **kw)
@@ -180,3 +180,156 @@ def derived_workers(m: ModelConfig, replicas: int, c: ClusterConfig) -> tuple[in
         return c.num_workers, c.num_workers * c.episodes_per_worker
     inflight = max(c.episodes_per_worker, math.ceil(replicas * engine_batch(m) / c.model_time_share - 1e-9))
     return max(1, math.ceil(inflight / c.episodes_per_worker)), inflight
+
+
+# -- sizing by work (issue 33): replica-seconds from the run dir's records --------------------
+@dataclass(frozen=True)
+class Rate:
+    """What one item (an episode to generate, or an episode to judge) takes on one replica."""
+    per_item_s: float        # replica-seconds per item, the replicas' load time left out
+    load_s: float            # seconds from placement to serving, as measured (0: unknown)
+    items: int               # how many items the measurement covers
+
+
+def measured_rate(infos: list[dict[str, Any]], model_name: str, as_judge: bool) -> Rate | None:
+    """Replica-seconds per item of ``model_name`` from run records (``run-*.json``) of runs that
+    hosted it: as the model under test (``replica_seconds_run`` over ``episodes_planned``, less
+    each started replica's load) or as a hosted judge (``judge_replica_seconds_run`` over the
+    episodes it judged). None when no run measured it."""
+    secs = 0.0
+    items = 0
+    loads: list[float] = []
+    for i in infos:
+        if as_judge:
+            jc = i.get("judge_config") or {}
+            if jc.get("kind") != "hosted" or (jc.get("hosted_model") or {}).get("name") != model_name:
+                continue
+            sec, n = float(i.get("judge_replica_seconds_run") or 0.0), int((i.get("judge") or {}).get("episodes") or 0)
+        else:
+            if (i.get("model") or {}).get("name") != model_name:
+                continue
+            sec, n = float(i.get("replica_seconds_run") or 0.0), int(i.get("episodes_planned") or 0)
+        if i.get("model_started") and i.get("startup_s"):
+            load = float(i["startup_s"])
+            loads.append(load)
+            if not as_judge:
+                sec -= load * int((i.get("concurrency") or {}).get("replicas") or 1)
+        if sec > 0 and n > 0:
+            secs += sec
+            items += n
+    if items == 0:
+        return None
+    return Rate(secs / items, max(loads or [0.0]), items)
+
+
+def run_infos_with_pilot(store: Any, run_dir: str | Path, benchmark: str) -> list[dict[str, Any]]:
+    """The run records of a run dir and of its pilot (``dateline estimate``), when it has one."""
+    infos = list(store.run_infos())
+    pilot = f"{str(run_dir).rstrip('/')}/_pilot"
+    try:
+        if is_run_dir(pilot):
+            infos += EpisodeStore(pilot, get_benchmark(benchmark).episode_fields).run_infos()
+    except Exception:  # noqa: BLE001 - an unreadable pilot is no pilot
+        pass
+    return infos
+
+
+def judge_tokens_per_episode(infos: list[dict[str, Any]], model_name: str) -> float | None:
+    """Judge tokens per judged episode of a hosted judge ``model_name``, from run records."""
+    tokens = n = 0
+    for i in infos:
+        jc, j = i.get("judge_config") or {}, i.get("judge") or {}
+        if jc.get("kind") == "hosted" and (jc.get("hosted_model") or {}).get("name") == model_name:
+            tokens += int(j.get("tokens_in") or 0) + int(j.get("tokens_out") or 0)
+            n += int(j.get("episodes") or 0)
+    return tokens / n if n and tokens else None
+
+
+def size_by_work(models: dict[str, ModelConfig], work_s: dict[str, float], load_s: dict[str, float],
+                 nodes: list[dict[str, float]], reserve_cpus: float = 0.0,
+                 upstream: dict[str, tuple[str, ...]] | None = None, efficiency: float | None = None,
+                 budget_gpu_s: float | None = None) -> dict[str, int] | None:
+    """Replicas per model from replica-seconds of work (:func:`ray_jobs.allocation.plan`): fixed
+    counts placed first, then the auto models sized on their one resource (GPU, or CPU for
+    CPU-only models less ``reserve_cpus``). None when the auto models are sized on different
+    resources (the token split of :func:`size_replicas` then decides)."""
+    free = [dict(n) for n in nodes]
+    out: dict[str, int] = {}
+    for k, m in models.items():
+        if m.replicas != "auto":
+            out[k] = int(m.replicas)
+            for _ in range(out[k]):
+                _take(free, replica_ask(m))
+    auto = {k: m for k, m in models.items() if m.replicas == "auto"}
+    if not auto:
+        return out
+    units = {unit(m)[0] for m in auto.values()}
+    if len(units) != 1:
+        return None
+    res = units.pop()
+    per_node = [n.get(res, 0.0) for n in free]
+    if res == "CPU":            # the wave's workers, index and services keep theirs: off the largest nodes
+        left = reserve_cpus
+        for i in sorted(range(len(per_node)), key=lambda i: -per_node[i]):
+            cut = min(left, per_node[i])
+            per_node[i] -= cut
+            left -= cut
+    pools = [PoolWork(k, unit(m)[1], load_s.get(k, 0.0), work_s.get(k, 0.0), (upstream or {}).get(k, ()))
+             for k, m in auto.items()]
+    want = plan(pools, per_node, efficiency if efficiency is not None else EFFICIENCY, budget_gpu_s)
+    for k, m in auto.items():
+        out[k] = max(1, want.get(k, 0))
+        log.info("model.replicas=auto (by work): %d replica(s) of %s (%.0f replica-seconds of work, load %.0f s)",
+                 out[k], m.name, work_s.get(k, 0.0), load_s.get(k, 0.0))
+    return out
+
+
+@dataclass
+class WaveWork:
+    """What a wave's pools have to do: projected tokens (always), replica-seconds and load times
+    (``work_s`` None unless every pool to size has a measured rate), and which pools feed a
+    hosted judge (its ``upstream``)."""
+    tokens: dict[str, float]
+    sources: dict[str, set[str]]
+    work_s: dict[str, float] | None
+    load_s: dict[str, float]
+    upstream: dict[str, tuple[str, ...]]
+
+
+def wave_work(wave: list[Any], to_start: dict[str, ModelConfig]) -> WaveWork:
+    """The work of each pool in ``to_start`` over the wave's points (``ray_jobs.run.planning.Point``):
+    episodes to generate on the model under test, episodes to judge on a hosted judge. Tokens come
+    from :func:`projected_tokens` (a judge's from its recorded tokens per judged episode, else one
+    per episode); replica-seconds from :func:`measured_rate` over the run dirs' records and pilots."""
+    tokens: dict[str, float] = {}
+    sources: dict[str, set[str]] = {}
+    work_s: dict[str, float] = {}
+    load_s: dict[str, float] = {}
+    upstream: dict[str, set[str]] = {}
+    measured = True
+    for p in wave:
+        n = len(p.plan.todo) if p.generate else len(p.plan.specs)      # episodes to run, or to judge
+        infos = run_infos_with_pilot(p.store, p.plan.run_dir, p.bench.name)
+        jm = p.cfg.judge.hosted_model if p.cfg.judge.kind == "hosted" else None
+        for k in p.pools:
+            if k not in to_start:
+                continue
+            as_judge = jm is not None and k == stable_hash(to_plain(jm)) and k != stable_hash(to_plain(p.cfg.model))
+            m = to_start[k]
+            if as_judge:
+                per = judge_tokens_per_episode(infos, m.name)
+                tokens[k] = tokens.get(k, 0.0) + n * (per or 1.0)
+                sources.setdefault(k, set()).add("judge records" if per else "episode count")
+                upstream.setdefault(k, set()).add(stable_hash(to_plain(p.cfg.model)))
+            else:
+                t, source = projected_tokens(p.store, p.plan.config_hash, p.plan.run_dir, m.name, p.bench.name, n)
+                tokens[k] = tokens.get(k, 0.0) + t
+                sources.setdefault(k, set()).add(source)
+            rate = measured_rate(infos, m.name, as_judge)
+            if rate is None:
+                measured = False
+                continue
+            work_s[k] = work_s.get(k, 0.0) + n * rate.per_item_s
+            load_s[k] = max(load_s.get(k, 0.0), rate.load_s)
+    return WaveWork(tokens, sources, work_s if measured and work_s else None, load_s,
+                    {k: tuple(sorted(v & set(to_start))) for k, v in upstream.items()})

@@ -142,6 +142,10 @@ class ClusterConfig:
     worker_num_cpus: float = 0.25
     # Custom Ray resources per episode worker actor (e.g. {worker: 1} to pin workers to such nodes).
     worker_resources: dict[str, float] = field(default_factory=dict)
+    # model.replicas=auto, once the run dir (or its estimate pilot) has measured every pool's
+    # replica-seconds per episode: a pool gets no more replicas than keep its load time under
+    # 1 - sizing_efficiency of the GPU time it holds (ray_jobs/allocation.py). Lower: faster, more held.
+    sizing_efficiency: float = 0.92
     # Replicas of each benchmark service (livenews' web service...): an integer, or "auto" for one
     # per alive Ray node; workers send each call to the replica they have the fewest calls on.
     service_replicas: Any = 1

@@ -160,6 +160,8 @@ def validate(cfg: Config) -> None:
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
     _check(i.embed_batch_size >= 1, "index.embed_batch_size", "must be >= 1")
+    _check(0.0 < cfg.cluster.sizing_efficiency < 1.0, "cluster.sizing_efficiency",
+           f"must be between 0 and 1 (exclusive), got {cfg.cluster.sizing_efficiency!r}")
     for value, where in ((i.replicas, "index.replicas"), (cfg.cluster.service_replicas, "cluster.service_replicas")):
         _check(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1), where,
                f"must be an integer >= 1 or auto, got {value!r}")

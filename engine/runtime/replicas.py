@@ -61,3 +61,16 @@ def gather_stats(target: Any, method: str = "get_stats") -> dict[str, Any]:
     if len(per) > 1:
         total["per_replica"] = per
     return total
+
+
+def ready_info(target: Any, method: str = "ready") -> dict[str, Any]:
+    """What the first replica's ``method`` says (waited for), with ``replicas`` and, when there
+    are several, every replica's answer under ``per_replica`` (each waited for too)."""
+    import ray
+
+    per = [ray.get(getattr(m, method).remote()) for m in members(target)]
+    out = dict(per[0])
+    out["replicas"] = len(per)
+    if len(per) > 1:
+        out["per_replica"] = per
+    return out

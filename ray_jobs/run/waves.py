@@ -18,16 +18,19 @@ from engine.config import (
     stable_hash,
     to_plain,
 )
+from engine.runtime.actors import members
+from engine.runtime.replicas import ready_info
 from ray_jobs import stopping
 from ray_jobs.budget import (
     SweepLedger,
+    recorded_spend,
     start_budget,
 )
 from ray_jobs.run.dispatch_loop import dispatch
 from ray_jobs.run.judging import add_judge, judge_stream
 from ray_jobs.run.planning import Point, worker_setup
 from ray_jobs.session import Session
-from ray_jobs.sizing import projected_tokens, size_replicas, sized
+from ray_jobs.sizing import size_by_work, size_replicas, sized, wave_work
 
 log = logging.getLogger("dateline.run")
 
@@ -144,24 +147,32 @@ def _size_wave(wave: list[Point], keys: list[str], models: dict[str, ModelConfig
 
     nodes = [{k: float(v) for k, v in res.items() if not k.startswith("node:")}
              for res in ray_state.available_resources_per_node().values()]
-    work: dict[str, float] = {}
-    sources: dict[str, set[str]] = defaultdict(set)
-    for p in wave:
-        for k in p.pools:
-            if k in to_start:
-                n = len(p.plan.todo) if p.generate else len(p.plan.specs)      # episodes to run, or to judge
-                tokens, source = projected_tokens(p.store, p.plan.config_hash, p.plan.run_dir, to_start[k].name,
-                                                  p.bench.name, n)
-                work[k] = work.get(k, 0.0) + tokens
-                sources[k].add(source)
-    counts = size_replicas(to_start, work, nodes, reserve_cpus)
+    ww = wave_work(wave, to_start)
+    counts = None
+    if ww.work_s is not None:           # every pool measured: replicas by replica-seconds of work
+        counts = size_by_work(to_start, ww.work_s, ww.load_s, nodes, reserve_cpus, ww.upstream,
+                              efficiency=wave[0].cfg.cluster.sizing_efficiency, budget_gpu_s=_headroom_gpu_s(wave))
+    by = "work" if counts is not None else "tokens"
+    if counts is None:                  # else by projected tokens (a hosted judge's its own)
+        counts = size_replicas(to_start, ww.tokens, nodes, reserve_cpus)
     out = {k: sized(models[k], counts[k]) if k in counts and models[k].replicas == "auto" else models[k] for k in keys}
     for p in wave:
-        auto = {models[k].name: {"replicas": counts[k], "projected_tokens": round(work.get(k, 0.0)),
-                                 "from": sorted(sources[k])} for k in p.pools if k in counts and models[k].replicas == "auto"}
+        auto = {models[k].name: {"replicas": counts[k], "projected_tokens": round(ww.tokens.get(k, 0.0)),
+                                 "from": sorted(ww.sources.get(k, ())), "by": by,
+                                 **({"work_replica_s": round(ww.work_s.get(k, 0.0)), "load_s": round(ww.load_s.get(k, 0.0))}
+                                    if ww.work_s is not None else {})}
+                for k in p.pools if k in counts and models[k].replicas == "auto"}
         if auto:
             p.info["replicas_auto"] = auto
     return out
+
+
+def _headroom_gpu_s(wave: list[Point]) -> float | None:
+    """GPU-seconds the wave's points may still spend under ``run.budget.max_gpu_hours`` (the least
+    headroom of any capped point; None: no cap)."""
+    left = [(p.cfg.run.budget.max_gpu_hours - recorded_spend(p.cfg, p.store, p.plan.config_hash).gpu_hours) * 3600.0
+            for p in wave if p.cfg.run.budget.max_gpu_hours is not None]
+    return max(0.0, min(left)) if left else None
 
 
 def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session, reserve_cpus: float = 0.0) -> None:
@@ -255,15 +266,14 @@ def _tokens(info: dict[str, Any]) -> int:
 
 
 def prepare_generation(p: Point, session: Session) -> None:
-    import ray
-
     cfg, bench, m = p.cfg, p.bench, p.cfg.model
     p.index = index = session.index(cfg, bench)
     p.services = services = session.benchmark_services(cfg, bench)
     endpoints = session.pool(m, p.store.root / "logs", keep=set(session.pools),
                              log_uri=p.store.remote_dir("logs")) if p.uses_model else []
-    p.info["index"] = ray.get(index.ready.remote()) if index is not None else None
-    p.info["services"] = {k: ray.get(h.info.remote()) if hasattr(h, "info") else {} for k, h in services.items()}
+    p.info["index"] = ready_info(index, "ready") if index is not None else None
+    p.info["services"] = {k: ready_info(h, "info") if hasattr(members(h)[0], "info") else {}
+                          for k, h in services.items()}
     if p.ledger is not None:
         p.budget = p.ledger.budget          # the sweep's (started by run_waves)
     else:

@@ -3,7 +3,8 @@
 ``cluster.concurrency=auto`` in one sweep use every GPU, each model's episodes in flight follow
 from its replicas and engine batch, a replica that fails to start does not stop the run, and a
 second job on the same cluster (another job's placement group holding GPUs) is planned around.
-Replicas run tests/fake_vllm_server.py."""
+A third sweep re-runs the first run dir with more tasks: its records measured each pool's work and
+load, so replicas are sized by work (issue 33). Replicas run tests/fake_vllm_server.py."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def gpu_cluster():
         yield c
 
 
-def configs(address: str, run_dir: Path, fail_once: Path | None) -> list[Any]:
+def configs(address: str, run_dir: Path, fail_once: Path | None, limit: int = 3) -> list[Any]:
     from ray_jobs.configs import compose
 
     (run_dir.parent / "model").mkdir(exist_ok=True)
@@ -54,7 +55,7 @@ def configs(address: str, run_dir: Path, fail_once: Path | None) -> list[Any]:
         if name == "mid" and fail_once:     # the first of its replicas to start exits; its restart serves
             env.append(f"+model.env.FAKE_VLLM_FAIL_ONCE={fail_once}")
         out.append(compose([
-            "benchmark=livenews", "agent=livenews", "benchmark.limit=3", "judge=none", "model=local_cpu",
+            "benchmark=livenews", "agent=livenews", f"benchmark.limit={limit}", "judge=none", "model=local_cpu",
             f"model.name={name}", f"model.served_name={name}", f"model.path={run_dir.parent / 'model'}",
             "model.server_module=tests.fake_vllm_server", *env, "model.replicas=auto", "model.num_cpus=0.5",
             f"model.num_gpus={gpus}", f"model.tensor_parallel_size={gpus}", f"model.max_inflight_per_replica={batch}",
@@ -111,3 +112,12 @@ def test_auto_replicas_fill_the_cluster_and_a_second_job_plans_around_the_first(
     used = gpus_used(infos)
     assert sum(used.values()) == 3 * GPUS_PER_NODE, used
     check_run(tmp_path / "run2", infos)
+
+    # run1 again with 3 more tasks per model (issue 33): its run records measured every pool's
+    # replica-seconds per episode and load time, so replicas are sized by work; 3 episodes are
+    # worth far less than a replica's load, so each model gets one replica, not the whole cluster
+    infos = run_sweep(configs(address, tmp_path / "run1", None, limit=6))
+    autos = [a for i in infos for a in (i.get("replicas_auto") or {}).values()]
+    assert len(autos) == 3 and all(a["by"] == "work" and a["work_replica_s"] > 0 and a["load_s"] > 0
+                                   for a in autos), autos
+    assert gpus_used(infos) == {name: gpus for name, gpus, _ in MODELS}, autos

@@ -18,7 +18,7 @@ from engine.runtime.actors import ActorByName, Replicas, by_name, members, resol
 from engine.runtime.replicas import Balanced
 from indexes.corpus import Document, content_hash
 from indexes.embeddings import EmbeddingCache, embed_with_cache, embedding_cache_dir
-from indexes.service import LocalIndex, RemoteIndex
+from indexes.service import RemoteIndex
 
 
 class _Gate:
