@@ -24,6 +24,7 @@ from engine.storage.plans import PlanTable
 from engine.storage.schema import (
     CALL_SCHEMA,
     EPISODE_ROW_GROUP,
+    JUDGEMENT_ROW_GROUP,
     JUDGEMENT_SCHEMA,
     MESSAGE_SCHEMA,
     METRIC_KEY,
@@ -227,10 +228,12 @@ class EpisodeStore(PlanTable, JudgedDir):
         # with its own columns, and this store object knows one benchmark's (compacting through
         # its schema alone would drop the others')
         stored = self._map(lambda f: pq.read_schema(f, filesystem=self.fs), self._files("episodes"))
+        # tables read per configuration are written sorted by it, in small row groups, so a
+        # later per-configuration read prunes the others' row groups by their statistics
         self._compact("episodes", pa.unify_schemas([self.schema, *(x.remove_metadata() for x in stored)]),
-                      self._episodes_keep)
-        self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep)
-        self._compact("plans", PLAN_SCHEMA, self._plans_keep)
+                      self._episodes_keep, EPISODE_ROW_GROUP, sort_by="config_hash")
+        self._compact("judgements", JUDGEMENT_SCHEMA, self._judgements_keep, JUDGEMENT_ROW_GROUP, sort_by="config_hash")
+        self._compact("plans", PLAN_SCHEMA, self._plans_keep, sort_by="config_hash")
         self._compact("messages", MESSAGE_SCHEMA, self._messages_keep)
         self._compact("calls", CALL_SCHEMA, self._calls_keep)
 
@@ -262,9 +265,10 @@ class EpisodeStore(PlanTable, JudgedDir):
         return sorted_unique(pc.take(rows, pick(t.filter(mask), ["episode_id", "batch_id", "step"])))
 
     def _compact(self, sub: str, schema: pa.Schema, keep: Callable[[list[str]], pa.Array[Any]],
-                 rows_per_group: int = 65536) -> None:
+                 rows_per_group: int = 65536, sort_by: str | None = None) -> None:
         """Stream the kept rows (global indices over ``files`` in order) of each old shard into
-        one new shard, a shard at a time, then delete the old ones."""
+        one new shard, a shard at a time, then delete the old ones. ``sort_by``: the new shard is
+        sorted by that column (ties in the old order), written a row group at a time."""
         files = self._files(sub)
         if len(files) <= 1:
             return
@@ -273,6 +277,11 @@ class EpisodeStore(PlanTable, JudgedDir):
         offsets = np.cumsum([0] + self._map(lambda f: f.count_rows(), frags))
         name = f"part-{time.time_ns():020d}-compact.parquet"
         staged = self.path("_staging", f"{sub}-{name}")
+        if sort_by is not None:
+            self._write_sorted(sub, schema, files, frags, offsets, idx, sort_by, rows_per_group, staged)
+            self._publish(staged, self.path(sub, name))
+            self._map(self.fs.delete_file, files)
+            return
         spans = [(i, *np.searchsorted(idx, [offsets[i], offsets[i + 1]])) for i in range(len(frags))]
         spans = [(i, lo, hi) for i, lo, hi in spans if hi > lo]
         buf: list[pa.Table] = []
@@ -285,6 +294,32 @@ class EpisodeStore(PlanTable, JudgedDir):
                     buf = []
         self._publish(staged, self.path(sub, name))
         self._map(self.fs.delete_file, files)
+
+    def _write_sorted(self, sub: str, schema: pa.Schema, files: list[str], frags: list[Any], offsets: np.ndarray,
+                      idx: np.ndarray, sort_by: str, rows_per_group: int, staged: str) -> None:
+        """The kept rows ``idx`` sorted by ``sort_by`` into ``staged``: the sort column alone is
+        read whole; each row group of the output takes its rows from the shards that hold them
+        (``Fragment.take``), so memory stays at one row group. The writer's shards are each one
+        flush (a few configurations), so a shard feeds few output groups."""
+        keys = self.read(sub, schema, [sort_by], files=files)[sort_by]
+        kept = pa.table({"k": pc.take(keys, pa.array(idx)), "i": pa.array(idx)})
+        order = idx[np.asarray(pc.sort_indices(kept, sort_keys=[("k", "ascending"), ("i", "ascending")]),
+                               dtype=np.int64)]
+        with pq.ParquetWriter(staged, schema, filesystem=self.fs) as w:
+            for start in range(0, len(order), rows_per_group):
+                chunk = order[start:start + rows_per_group]
+                frag_of = np.searchsorted(offsets, chunk, side="right") - 1
+                parts, positions = [], []
+                for f in np.unique(frag_of):
+                    at = np.flatnonzero(frag_of == f)
+                    local = chunk[at] - offsets[f]
+                    srt = np.argsort(local, kind="stable")
+                    parts.append(conform(frags[f].take(pa.array(local[srt])), schema))
+                    positions.append(at[srt])
+                t = pa.concat_tables(parts)
+                back = np.empty(len(chunk), dtype=np.int64)
+                back[np.concatenate(positions)] = np.arange(len(chunk))
+                w.write_table(t.take(back), row_group_size=rows_per_group)
 
     def _ordered(self, fn: Callable[[Any], _T], items: Sequence[Any]) -> Iterator[_T]:
         """``fn(x)`` for each item, in order; on a remote filesystem up to ``REMOTE_IO_THREADS``

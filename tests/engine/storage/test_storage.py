@@ -261,7 +261,44 @@ def test_vectorised_dedup_and_pushdown_match_the_python_reference(tmp_path, seed
         if s["episode_id"] in {r["episode_id"] for r in rows if r["config_hash"] == "c0"}]
 
     store.compact()
-    assert store.episodes().equals(ref) and store.steps().equals(ref_steps)
+    # compaction sorts episodes by configuration (ties in their old order): the same rows, each
+    # configuration's contiguous, so a per-configuration read prunes the others' row groups
+    by_config = sorted(rows, key=lambda r: r["config_hash"] or "")
+    assert store.episodes().to_pylist() == by_config and store.steps().equals(ref_steps)
+    (shard,) = store._files("episodes")
+    meta = pq.ParquetFile(shard).metadata
+    col = meta.schema.to_arrow_schema().get_field_index("config_hash")
+    spans = [(meta.row_group(g).column(col).statistics.min, meta.row_group(g).column(col).statistics.max)
+             for g in range(meta.num_row_groups)]
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_compaction_writes_each_configuration_in_row_groups_of_its_own(tmp_path):
+    """Shards of interleaved configurations (as a sweep's flushes are) compact into one shard sorted
+    by configuration, in row groups of ``EPISODE_ROW_GROUP``: a read of one configuration's
+    episodes touches only the row groups whose statistics can hold it."""
+    import pyarrow.dataset as ds
+
+    from engine.storage import EPISODE_ROW_GROUP
+
+    store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
+    n = 0
+    for shard in range(4):
+        rows = [dict(ep(f"e{n + i}", config_hash=f"c{(n + i) % 4}", output=f"{n + i}"), batch_id=f"{shard:020d}-0")
+                for i in range(1500)]
+        n += 1500
+        pq.write_table(pa.Table.from_pylist(rows, schema=store.schema), tmp_path / "episodes" / f"part-{shard:03d}.parquet")
+    before = {r["episode_id"]: r for r in store.episodes().to_pylist()}
+    store.compact()
+    after = store.episodes().to_pylist()
+    assert len(after) == 6000 and {r["episode_id"]: r for r in after} == before
+    assert [r["config_hash"] for r in after] == sorted(r["config_hash"] for r in after)
+    (shard,) = store._files("episodes")
+    frag = next(iter(ds.dataset(shard, format="parquet").get_fragments()))
+    assert frag.metadata.num_row_groups == -(-6000 // EPISODE_ROW_GROUP)
+    c2 = frag.subset(ds.field("config_hash") == "c2")
+    assert 0 < c2.num_row_groups <= 3 and c2.count_rows() >= 1500         # of 6: only c2's (and a shared edge)
+    assert store.episodes(["episode_id"], config_hash="c2").num_rows == 1500
 
 
 # -- judgements compaction -----------------------------------------------------------------------
