@@ -5,6 +5,8 @@ driver. ``judge.actors=0`` runs the stream on a driver thread instead (``ray_job
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import zlib
 from collections import defaultdict
 from typing import Any
@@ -66,7 +68,16 @@ class JudgeFleet:
     seeds share is still asked once); a configuration whose budget gate lives in the driver's
     memory (a judge priced apart from the model, ``ray_jobs.budget.judge_budget_gate``) is judged
     by one actor, so its cap is counted in one place. ``submit`` returns at once (an actor call
-    whose result is not awaited); ``finish`` waits for every actor that holds the configuration."""
+    whose result is not awaited); ``finish`` waits for every actor that holds the configuration.
+
+    **A judge actor that dies** (its process or its node) is restarted by Ray; the fleet notices
+    at the next answer it waits for (a submit's, or ``finish``), adds every configuration the
+    actor held to the new one, which reads what the store has settled for the judge, and hands
+    it again the episodes it had been given (read back from the store by id): what the dead actor
+    had stored is not asked again, what it had not is asked again, so no judgement is lost and none
+    is stored twice. ``MAX_RECOVERIES`` restarts of one actor in a row, and the run fails naming it."""
+
+    MAX_RECOVERIES = 5
 
     def __init__(self, n: int, flush_s: float, num_cpus: float = 0.0, resources: dict[str, float] | None = None,
                  start_timeout_s: float = 300.0) -> None:
@@ -75,13 +86,20 @@ class JudgeFleet:
         self.actors: list[Any] = []
         self.of: dict[str, list[int]] = {}            # key -> the actors that judge it
         self.sent: dict[tuple[str, int], int] = {}    # rows handed to each actor per key
-        self.calls: list[Any] = []                     # submit refs (errors surface at finish)
+        self.ids: dict[tuple[str, int], list[str]] = {}   # their episode ids (what a restart gets again)
+        self.added: dict[str, tuple[Any, ...]] = {}       # add()'s arguments per key (ditto)
+        self.calls: list[tuple[Any, int]] = []         # submit refs and their actor (errors: recover)
+        self.recoveries: dict[int, int] = defaultdict(int)
+        self.restarts = 0
+        # submit runs on the store writer's thread, finish on the driver's: one at a time
+        self._lock = threading.RLock()
 
     def _start(self) -> None:
         import ray
 
+        # restartable: a dead actor comes back empty and recover() refills it
         cls = ray.remote(JudgeWorker).options(num_cpus=self.num_cpus, resources=self.resources or None,
-                                              max_concurrency=8, max_restarts=0)
+                                              max_concurrency=8, max_restarts=-1, max_task_retries=0)
         self.actors = [cls.remote(self.flush_s) for _ in range(self.n)]
         try:
             ray.get([a.ping.remote() for a in self.actors], timeout=self.start_timeout_s)
@@ -98,7 +116,6 @@ class JudgeFleet:
 
     def add(self, key: str, cfg: Config, bench: Benchmark[Any], store: EpisodeStore, endpoints: list[Endpoint],
             gate: BudgetGate | None = None, max_inflight: int | None = None, config_hash: str = "") -> None:
-        import ray
 
         if not self.actors:
             self._start()
@@ -106,31 +123,112 @@ class JudgeFleet:
         idx = [0] if local_gate else list(range(len(self.actors)))
         if local_gate and len(self.actors) > 1:
             idx = [zlib.crc32(key.encode()) % len(self.actors)]
-        ray.get([self.actors[i].add.remote(key, cfg, store, endpoints, gate, max_inflight, config_hash) for i in idx])
+        self.added[key] = (cfg, store, endpoints, gate, max_inflight, config_hash)
         self.of[key] = idx
         for i in idx:
             self.sent[(key, i)] = 0
+            self.ids[(key, i)] = []
+        self._each(idx, lambda i: self.actors[i].add.remote(key, cfg, store, endpoints, gate, max_inflight,
+                                                            config_hash))
 
     def submit(self, key: str, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._submit(key, rows)
+
+    def _submit(self, key: str, rows: list[dict[str, Any]]) -> None:
         idx = self.of[key]
         parts: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
             parts[idx[zlib.crc32(str(r.get("task_id") or r["episode_id"]).encode()) % len(idx)]].append(r)
         for i, part in parts.items():
             self.sent[(key, i)] += len(part)
-            self.calls.append(self.actors[i].submit.remote(key, part))
+            self.ids[(key, i)] += [r["episode_id"] for r in part]
+            self.calls.append((self.actors[i].submit.remote(key, part), i))
         if len(self.calls) > 256:               # keep the refs list short: drop those answered
-            import ray
+            self._settle(timeout=0)
 
-            done, self.calls = ray.wait(self.calls, num_returns=len(self.calls), timeout=0)
-            ray.get(done)
-
-    def finish(self, key: str) -> dict[str, Any]:
+    def _settle(self, timeout: float | None) -> None:
+        """Drop the answered submit refs; an actor that died meanwhile is recovered."""
         import ray
 
-        idx = self.of.pop(key)
-        parts = ray.get([self.actors[i].finish.remote(key, self.sent.pop((key, i))) for i in idx])
-        return dict(_sum_stats(parts), actors=len(idx))
+        refs = [r for r, _ in self.calls]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        done_ids = {id(r) for r in done}
+        dead: set[int] = set()
+        for r, i in self.calls:
+            if id(r) in done_ids:
+                try:
+                    ray.get(r)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                    dead.add(i)
+        self.calls = [(r, i) for r, i in self.calls if id(r) not in done_ids]
+        for i in sorted(dead):
+            self.recover(i)
+
+    def _each(self, idx: list[int], call: Any) -> list[Any]:
+        """``ray.get(call(i))`` for each actor, recovering (and calling again) one that died."""
+        import ray
+
+        out: dict[int, Any] = {}
+        todo = list(idx)
+        while todo:
+            refs = {i: call(i) for i in todo}
+            todo = []
+            for i, ref in refs.items():
+                try:
+                    out[i] = ray.get(ref)
+                    self.recoveries[i] = 0
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                    self.recover(i, e)
+                    todo.append(i)
+        return [out[i] for i in idx]
+
+    def recover(self, i: int, why: BaseException | None = None) -> None:
+        """Actor ``i`` died: wait for Ray to restart it, then give it back every configuration it
+        held and the episodes it had been sent (it judges what the store has not settled)."""
+        import ray
+
+        self.recoveries[i] += 1
+        if self.recoveries[i] > self.MAX_RECOVERIES:
+            raise RuntimeError(f"judge actor {i} died {self.MAX_RECOVERIES} times in a row; last: {why}") from why
+        log.warning("judge actor %d died (%s): restarting it and handing it its episodes again", i,
+                    type(why).__name__ if why else "a submit failed")
+        self.restarts += 1
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                ray.get(self.actors[i].ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError) as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"judge actor {i} did not come back within {self.start_timeout_s:g} s "
+                                       "(judge.actor_start_timeout_s)") from e
+                time.sleep(0.5)
+        for key, idx in self.of.items():
+            if i not in idx:
+                continue
+            cfg, store, endpoints, gate, max_inflight, config_hash = self.added[key]
+            ray.get(self.actors[i].add.remote(key, cfg, store, endpoints, gate, max_inflight, config_hash))
+            ids = self.ids[(key, i)]
+            rows = store.episodes(episode_ids=ids).to_pylist() if ids else []
+            self.sent[(key, i)] = len(rows)
+            for s in range(0, len(rows), 256):
+                self.calls.append((self.actors[i].submit.remote(key, rows[s:s + 256]), i))
+
+    def finish(self, key: str) -> dict[str, Any]:
+        with self._lock:
+            return self._finish(key)
+
+    def _finish(self, key: str) -> dict[str, Any]:
+        idx = self.of[key]
+        parts = self._each(idx, lambda i: self.actors[i].finish.remote(key, self.sent[(key, i)]))
+        self.of.pop(key)
+        for i in idx:
+            self.sent.pop((key, i), None)
+            self.ids.pop((key, i), None)
+        self.added.pop(key, None)
+        return dict(_sum_stats(parts), actors=len(idx), restarts=self.restarts)
 
     def close(self) -> None:
         import ray
