@@ -74,6 +74,7 @@ class EngineBehaviour:
     served: list[str]                       # the served model names: another name gets vLLM's 404
     info: dict[str, Any] = field(default_factory=dict)   # GET /info (pid, argv, ...)
     wedge_after: int = -1                   # after N completions every request hangs; /health answers
+    blackhole_after: int = -1               # after N completions every request, /health too, hangs (a lost node)
     health_delay_s: float = 0.0             # /health answers after this (a saturated server)
     busy: bool = False                      # the completion delay computes instead of sleeping
     canary: str = "answer"                  # "behind": the liveness canary waits for the long steps
@@ -213,9 +214,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(401, {"error": "Unauthorized"})
         return False
 
+    def _blackholed(self) -> bool:
+        eng = self.srv.engine
+        return eng is not None and 0 <= eng.blackhole_after <= self.srv.progress["completions"]
+
     def do_GET(self) -> None:
         srv, eng, path = self.srv, self.srv.engine, self.path.split("?")[0].rstrip("/")
         srv.gets.append(self.path)
+        if self._blackholed():
+            threading.Event().wait()            # accepted, never answered
         if not self._authorized():
             return
         if path == "/health" and eng and eng.health_delay_s:
@@ -240,6 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
         srv, eng = self.srv, self.srv.engine
         n = int(self.headers.get("Content-Length", 0))
         raw = self.rfile.read(n)
+        if self._blackholed():
+            threading.Event().wait()            # accepted, never answered
         if not self._authorized():
             return
         try:

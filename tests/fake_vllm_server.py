@@ -21,6 +21,10 @@ Failure modes a replica's lifecycle must handle (flags or environment):
   it is not killed, as vLLM's EngineCore does (and keeps its GPU when the server is killed alone);
 * ``--fake-wedge-after N`` / ``$FAKE_VLLM_WEDGE_AFTER``: after N completions every request hangs
   forever while ``/health`` still answers 200 (a wedged engine: requests running, no tokens);
+* ``--fake-blackhole-after N`` / ``$FAKE_VLLM_BLACKHOLE_AFTER``: after N completions every request,
+  ``/health`` and ``/metrics`` included, is accepted and never answered (a node lost silently);
+  with ``$FAKE_VLLM_BLACKHOLE_ONE=PATH``, only the first server to create PATH does (one replica
+  of a pool; its restart serves);
 * ``--fake-health-delay-s S`` / ``$FAKE_VLLM_HEALTH_DELAY_S``: ``/health`` answers after S seconds
   (a saturated server) while completions go on and the token counters advance;
 * ``--fake-fail-once PATH`` / ``$FAKE_VLLM_FAIL_ONCE``: the first server to create PATH exits at
@@ -65,6 +69,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fake-delay-s", type=float, default=float(os.environ.get("FAKE_VLLM_DELAY_S", "0") or 0))
     p.add_argument("--fake-spawn-child", action="store_true", default=os.environ.get("FAKE_VLLM_SPAWN_CHILD") == "1")
     p.add_argument("--fake-wedge-after", type=int, default=int(os.environ.get("FAKE_VLLM_WEDGE_AFTER", "-1") or -1))
+    p.add_argument("--fake-blackhole-after", type=int,
+                   default=int(os.environ.get("FAKE_VLLM_BLACKHOLE_AFTER", "-1") or -1))
     p.add_argument("--fake-fail-once", default=os.environ.get("FAKE_VLLM_FAIL_ONCE", ""))
     p.add_argument("--fake-busy", action="store_true", default=os.environ.get("FAKE_VLLM_BUSY") == "1")
     p.add_argument("--fake-canary", choices=("answer", "behind"), default=os.environ.get("FAKE_VLLM_CANARY") or "answer")
@@ -87,7 +93,14 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> FakeOpenAI:
     info = {"pid": os.getpid(), "argv": list(sys.argv), "model": args.model, "served": names,
             "tensor_parallel_size": args.tensor_parallel_size,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "child_pid": child_pid}
+    blackhole = args.fake_blackhole_after
+    if blackhole >= 0 and (claim := os.environ.get("FAKE_VLLM_BLACKHOLE_ONE")):
+        try:
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            blackhole = -1                  # another replica is the black hole
     engine = EngineBehaviour(served=names, info=info, wedge_after=args.fake_wedge_after,
+                             blackhole_after=blackhole,
                              health_delay_s=args.fake_health_delay_s, busy=args.fake_busy, canary=args.fake_canary,
                              api_key=os.environ.get("VLLM_API_KEY", ""))
     return FakeOpenAI(load_responder(args.fake_responder, args.fake_reply), args.fake_delay_s, args.port,

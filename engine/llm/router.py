@@ -72,12 +72,28 @@ class Router:
         self.repin_ratio = repin_ratio
         self.repin_min_gap = repin_min_gap
         self.repins = 0
+        # calls in flight per replica, and those cancelled because their replica left rotation
+        self._inflight: dict[int, set[asyncio.Task[Completion]]] = {}
+        self._evicted: set[asyncio.Task[Completion]] = set()
+        self.evictions = 0
 
     # -- state -------------------------------------------------------------------------------
     def update(self, endpoints: list[Endpoint]) -> None:
-        """New endpoints (same replica indices, possibly new URLs): every replica is tried again."""
+        """New endpoints (same replica indices, possibly new URLs): every replica is tried again.
+        Calls in flight on a replica that left rotation (its pool found it wedged or down: a
+        black-holed node never answers) or moved are cancelled and re-routed at once, spending no
+        retry of their episodes, instead of waiting out ``request_timeout_s`` there."""
+        old = self.endpoints
         self.endpoints = list(endpoints)
         self._down.clear()
+        for i, ep in enumerate(old):
+            new = self.endpoints[i] if i < len(self.endpoints) else None
+            if ep.in_rotation and (new is None or not new.in_rotation or new.base_url != ep.base_url):
+                for task in list(self._inflight.get(i, ())):
+                    if not task.done():
+                        self._evicted.add(task)
+                        self.evictions += 1
+                        task.cancel("its replica left rotation")
 
     def healthy(self, i: int) -> bool:
         ep = self.endpoints[i]
@@ -214,9 +230,20 @@ class EpisodeClient:
                 sp = r.sampling
                 await asyncio.sleep(min(sp.backoff_max_s, sp.backoff_s * 2.0 ** (failed - 1)) * random.uniform(0.5, 1.0))
             i = r.pick(self.episode_id)
+            call = asyncio.ensure_future(r.client(i).chat(messages, max_tokens, json_schema, seed, regex, temperature,
+                                                          retry_budget=self.retries, endpoint_retries=not waits))
+            r._inflight.setdefault(i, set()).add(call)
             try:
-                return await r.client(i).chat(messages, max_tokens, json_schema, seed, regex, temperature,
-                                              retry_budget=self.retries, endpoint_retries=not waits)
+                return await call
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if call not in r._evicted or (me is not None and me.cancelling()):
+                    raise                        # the episode itself is cancelled
+                failed += 1                      # its replica left rotation: elsewhere, no retry spent
+                r.reroutes += 1
+                log.warning("replica %d (%s) left rotation with a call in flight; re-routing episode %s", i,
+                            where(r.endpoints[i].base_url), self.episode_id)
+                continue
             except RequestRejected:
                 raise
             except GenerationError as e:
@@ -238,6 +265,9 @@ class EpisodeClient:
                 log.warning("replica %d (%s) %s (%s); %s episode %s", i, where(r.endpoints[i].base_url),
                             "restarted by its pool" if pool_restart else "unreachable", e,
                             "re-routing" if waits else "retrying", self.episode_id)
+            finally:
+                r._inflight.get(i, set()).discard(call)
+                r._evicted.discard(call)
 
     def _unavailable(self, e: BaseException) -> ReplicaUnavailable:
         """Why no replica served, in the words of their pool (each endpoint's ``state``)."""

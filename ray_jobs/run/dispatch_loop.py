@@ -4,7 +4,6 @@ budgets, failure caps, lost workers and replica health handled between iteration
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections import defaultdict, deque
@@ -30,6 +29,7 @@ from ray_jobs.budget import (
 from ray_jobs.judge import JudgeStream
 from ray_jobs.judge_fleet import JudgeFleet
 from ray_jobs.run.planning import Point
+from ray_jobs.run.supervisor import Supervisor
 from ray_jobs.session import Session
 from ray_jobs.sizing import derived_workers
 
@@ -88,6 +88,8 @@ class DispatchLoop:
         self.events = ReplicaEvents({g: [p.store for p in pts] for g, pts in groups.items()}, self.pools)
         self.events.record_all()                     # the replicas' starts
         self.failing: dict[str, str] = {}            # model group -> why it was stopped
+        self.pushes: dict[str, list[Any]] = {}       # the last endpoint push to each group's workers
+        self.max_stall_s = 0.0                       # the longest loop iteration, its wait left out
         self.stored: set[str] = set()                                     # episodes with a row from this run
         self.busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
         self.reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
@@ -124,10 +126,16 @@ class DispatchLoop:
         self.by_key.update({p.key: p for p in pts})
 
     def push_endpoints(self, g: str, eps: list[Any]) -> None:
-        try:
-            ray.get([w.set_endpoints.remote(g, eps) for w in self.workers[g]], timeout=60)
-        except Exception as e:  # noqa: BLE001 - a worker that missed it re-routes on its own failures
-            log.warning("pushing endpoints of %s to its workers: %s", g[:6], e)
+        """Hand the workers new endpoints (from the supervisor's thread) without waiting for them:
+        the answers of the previous push are read (a worker that missed it, dead or restarting, is
+        logged: it gets the endpoints when it answers again, ``_revive``)."""
+        done = [r for r in self.pushes.pop(g, []) if ray.wait([r], timeout=0)[0]]
+        for r in done:
+            try:
+                ray.get(r)
+            except Exception as e:  # noqa: BLE001 - a worker that missed it re-routes on its own failures
+                log.warning("pushing endpoints of %s to a worker: %s", g[:6], e)
+        self.pushes[g] = [w.set_endpoints.remote(g, eps) for w in self.workers[g]]
 
     def stop_model(self, g: str, why: str) -> None:
         """The model of group ``g`` cannot serve (every replica given up): its queued and in-flight
@@ -227,31 +235,40 @@ class DispatchLoop:
                 for w in range(len(ws)):
                     self.submit(g, w)
         last_poll = time.monotonic()
-        self.last_health = {g: time.monotonic() for g in self.pools}
+        sup = Supervisor(self.pools, {g: self.by_key[self.groups[g][0].key].cfg.model.health_check_s
+                                      for g in self.pools}, self.push_endpoints, self.events.record).start()
         try:
             # on a signal: no new episode; those in flight stop with their workers below and are no
             # result (no row: the same command runs them); the rows that finished are flushed
             while (self.pending or self.reviving) and not stopping.requested():
+                t_iter = time.monotonic()
                 if self.reviving:
                     self._revive()
                 if not self.pending:
                     time.sleep(0.2)
                     continue
                 self._stop_spent_budgets()
+                t_wait = time.monotonic()
                 ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0.5)
+                t_work = time.monotonic()
                 for ref in ready:
                     self._collect(ref)
                 self.flush()              # a hand-off: the writer flushes by size or run.flush_interval_s
                 if time.monotonic() - last_poll >= 5.0:
                     _poll_live(self.workers, self.progress)
                     last_poll = time.monotonic()
-                self._check_health()
+                for g, why in list(sup.failing.items()):
+                    if g not in self.failing:
+                        self.stop_model(g, why)
                 self.progress.note = "; ".join(n for pool in self.pools.values()
                                                if pool is not None and (n := pool.rotation_note()))
                 self.progress.render()
+                # what the iteration did besides waiting for results: the time no episode was dispatched
+                self.max_stall_s = max(self.max_stall_s, time.monotonic() - t_iter - (t_work - t_wait))
             if not stopping.requested():
                 _poll_live(self.workers, self.progress)
         finally:
+            sup.stop()
             try:
                 self.flush(final=True)
             finally:
@@ -348,20 +365,9 @@ class DispatchLoop:
             p.info["stopped_at_max_failures"] = mf
             self.drop(g, p.key, "", None)
 
-    def _check_health(self) -> None:
-        for g, pool in self.pools.items():
-            m = self.by_key[self.groups[g][0].key].cfg.model
-            if pool is not None and g not in self.failing and time.monotonic() - self.last_health[g] >= m.health_check_s:
-                # a replica moved or left rotation: workers route by the new endpoints, pushed
-                # before any restart is sent (a call the restart cuts off is then the pool's)
-                pool.check(push=functools.partial(self.push_endpoints, g))
-                self.events.record(pool)
-                self.last_health[g] = time.monotonic()
-                if pool.failing:
-                    self.stop_model(g, pool.failing)
-
     def _record(self) -> None:
-        """What each point's run info says about this dispatch."""
+        """What each point's run info says about this dispatch (``dispatch_max_stall_s``: the
+        longest loop iteration, its wait for results left out)."""
         for k, st in self.stats.items():
             p = self.by_key[k]
             pool = self.pools.get(Session.key(p.cfg.model)) if p.uses_model else None
@@ -377,6 +383,7 @@ class DispatchLoop:
                           tokens_out=st["tokens_out"])
             p.info["index_stats"] = gather_stats(p.index) if p.index is not None else None
             p.info["service_stats"] = {k: gather_stats(h) for k, h in p.services.items()}
+            p.info["dispatch_max_stall_s"] = round(self.max_stall_s, 3)
 
 
 def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:

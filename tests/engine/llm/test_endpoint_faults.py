@@ -208,3 +208,36 @@ def test_a_mix_changed_mid_run_is_what_the_next_requests_draw():
         assert srv.faults == {"500": 1, "ok": 5}
         with pytest.raises(ValueError, match="unknown fault kinds"):
             srv.mix = {"teapot": 1.0}
+
+
+def test_a_call_on_a_replica_that_leaves_rotation_is_re_routed_at_once():
+    """Issue 33: replica 0 is black-holed (it accepts the connection and never answers, /health
+    neither). When its pool takes it out of rotation (Router.update), the call in flight there is
+    cancelled and sent to replica 1 at once, spending no retry, instead of waiting out the
+    600 s request timeout."""
+    import dataclasses
+    import time
+
+    from tests.fake_openai import EngineBehaviour, FakeOpenAI
+
+    with FakeOpenAI(hello, engine=EngineBehaviour(served=["m"], blackhole_after=0, log=False)) as hole, \
+            FakeOpenAI(hello, engine=EngineBehaviour(served=["m"], log=False)) as good:
+        eps = [Endpoint(hole.base_url, "m", replica=0), Endpoint(good.base_url, "m", replica=1)]
+        router = Router(eps, SamplingParams(timeout_s=600.0, max_retries=0, backoff_s=0.01, backoff_max_s=0.02),
+                        reroute_wait_s=30.0, max_retries_per_episode=0)
+
+        async def go():
+            client = router.client_for("episode-on-0")
+            router._sticky["episode-on-0"] = 0               # pinned to the black hole
+            call = asyncio.ensure_future(client.chat(USER, 8))
+            await asyncio.sleep(0.3)
+            assert not call.done()                           # hanging there
+            t0 = time.monotonic()
+            router.update([dataclasses.replace(eps[0], in_rotation=False), eps[1]])
+            c = await asyncio.wait_for(call, 5.0)
+            await router.close()
+            return c, time.monotonic() - t0
+
+        c, took = asyncio.run(go())
+    assert c.text == "hello there" and took < 1.0 and router.evictions == 1 and router.reroutes == 1
+    assert len(good.requests) == 1

@@ -1,0 +1,66 @@
+"""The control plane at cluster scale (issue 33), on ``cluster_utils`` clusters of this test's own:
+
+* a replica black-holed mid-run (it accepts connections and never answers, ``/health`` neither:
+  a node lost silently): its pool's health checks, on the supervisor's thread, take it out of
+  rotation; the workers cancel the calls in flight there and re-route them at once (no 600 s
+  request timeout); dispatch never stands still for more than half a second; every episode is
+  stored once, ok. (Its pool never restarts it here: only the re-routing frees those calls.)
+
+Replicas run tests/fake_vllm_server.py (``FAKE_VLLM_BLACKHOLE_AFTER`` with ``FAKE_VLLM_BLACKHOLE_ONE``:
+one replica of the pool turns into a black hole; its restart serves)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_multinode import own_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+def test_a_black_holed_replica_is_routed_around_without_stalling_dispatch(tmp_path):
+    import pyarrow.dataset as ds
+
+    from engine.benchmarks import get_benchmark
+    from engine.storage import EpisodeStore
+    from ray_jobs.configs import compose
+    from ray_jobs.run import run_sweep
+
+    claim = tmp_path / "black-hole"
+    (tmp_path / "model").mkdir()
+    with own_cluster() as c:
+        for _ in range(2):
+            c.add_node(num_cpus=3)
+        c.wait_for_nodes()
+        cfg = compose([
+            "benchmark=livenews", "agent=livenews", "benchmark.limit=null", "judge=none", "model=local_cpu",
+            "model.name=fake", "model.served_name=fake", f"model.path={tmp_path / 'model'}",
+            "model.server_module=tests.fake_vllm_server", f"+model.env.PYTHONPATH={REPO}",
+            "+model.env.FAKE_VLLM_RESPONDER=tests.helpers:livenews_script", "+model.env.FAKE_VLLM_DELAY_S=0.2",
+            "+model.env.FAKE_VLLM_BLACKHOLE_AFTER=4", f"+model.env.FAKE_VLLM_BLACKHOLE_ONE={claim}",
+            "model.replicas=2", "model.num_cpus=0.5", "model.max_inflight_per_replica=4",
+            "model.health_check_s=1", "model.unhealthy_checks=100000", "model.startup_timeout_s=120",
+            "model.placement_timeout_s=60", f"cluster.address={c.address}", "cluster.num_workers=2",
+            "cluster.episodes_per_worker=4", "cluster.worker_num_cpus=0.1", "index.num_cpus=0.5",
+            f"run.dir={tmp_path / 'run'}", "run.progress=false"])
+        assert cfg.model.request_timeout_s >= 600          # re-routing, not a timeout, frees the calls
+        t0 = time.monotonic()
+        (info,) = run_sweep([cfg])
+        took = time.monotonic() - t0
+    assert claim.exists(), "no replica turned into a black hole"
+    eps = EpisodeStore(tmp_path / "run", get_benchmark("livenews").episode_fields).episodes().to_pylist()
+    assert len(eps) == info["episodes_planned"] > 0 and all(e["status"] == "ok" for e in eps), \
+        [(e["episode_id"], e["error"]) for e in eps if e["status"] != "ok"]
+    calls = ds.dataset(tmp_path / "run" / "calls", format="parquet").to_table(columns=["episode_id", "replica"])
+    replicas_of: dict[str, set[int]] = {}
+    for r in calls.to_pylist():
+        replicas_of.setdefault(r["episode_id"], set()).add(r["replica"])
+    assert any(len(v) > 1 for v in replicas_of.values()), "no episode moved off the black hole"
+    print("longest dispatch stall", info["dispatch_max_stall_s"], "s; run", round(took, 1), "s")
+    assert info["dispatch_max_stall_s"] <= 0.5, info["dispatch_max_stall_s"]
+    assert took < 300, took                                 # nothing waited out a request timeout
