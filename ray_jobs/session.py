@@ -77,6 +77,7 @@ class Session:
         self.model_starts = 0
         self.startup: Any = {}
         self.startups: dict[str, Any] = {}      # pool key -> its replicas' startup records
+        self.released_seconds: dict[str, float] = {}   # uptime of pools released mid-wave (release())
         self._ray_started_here = False
         atexit.register(self.close)
 
@@ -183,6 +184,21 @@ class Session:
         for other in [k for k in list(self.reserved) if k not in keep]:
             self.reserved.pop(other).stop()
 
+    def release(self, key: str) -> float:
+        """Stop the pool ``key`` mid-wave (its queue drained: ray_jobs/run/supervisor.py), keeping
+        its replica uptime for the wave's accounting; returns that uptime."""
+        entry = self.pools.pop(key, None)
+        if entry is None:
+            return 0.0
+        pool = entry[0]
+        try:
+            up = pool.replica_seconds()
+        except Exception:  # noqa: BLE001 - a replica gone: what the others say
+            up = 0.0
+        self.released_seconds[key] = self.released_seconds.get(key, 0.0) + up
+        pool.stop()
+        return up
+
     def pool_of(self, m: ModelConfig) -> ModelPool | None:
         """The running pool of ``m`` (None when it is not hosted in this session)."""
         entry = self.pools.get(self.key(m))
@@ -203,8 +219,9 @@ class Session:
     def replica_seconds(self, m: ModelConfig | None = None) -> float:
         """Replica uptime of every pool, or of ``m``'s pool only."""
         if m is not None:
-            return self.pools[self.key(m)][0].replica_seconds() if self.key(m) in self.pools else 0.0
-        return sum(p.replica_seconds() for p, _ in self.pools.values())
+            k = self.key(m)
+            return (self.pools[k][0].replica_seconds() if k in self.pools else 0.0) + self.released_seconds.get(k, 0.0)
+        return sum(p.replica_seconds() for p, _ in self.pools.values()) + sum(self.released_seconds.values())
 
     # -- index and services ------------------------------------------------------------------
     def index(self, cfg: Config, bench: Benchmark[Any]) -> Any | None:

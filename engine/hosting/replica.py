@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.placement_group import placement_group, remove_placement_group
 
 from engine.config import ModelConfig, replica_count
 from engine.errors import PlacementError
@@ -145,8 +146,6 @@ class ModelPool:
         """Reserve a placement group per replica; returns how many replicas to start. Groups not
         ready within ``placement_timeout_s`` are removed; fewer than ``need`` ready raises
         :class:`PlacementError` (every group removed)."""
-        from ray.util.placement_group import placement_group
-
         cfg = self.cfg
         bundles = replica_bundles(cfg)
         if not bundles[0]:              # asks for nothing (num_cpus 0, no GPU): scheduled anywhere
@@ -173,6 +172,41 @@ class ModelPool:
         log.info("placement groups of %d replica(s) of %s ready in %.1f s: %s each", len(self.placement_groups),
                  cfg.name, time.time() - t0, bundles)
         return len(self.placement_groups)
+
+    def grow(self, n: int) -> int:
+        """Add ``n`` replicas mid-run (GPUs another pool gave back, ``ray_jobs/allocation.py``):
+        their placement groups are reserved now (those placed within ``model.placement_timeout_s``;
+        the others are removed) and their servers start in the background: they join rotation at
+        a later :meth:`check`, as a replica still starting does. Returns how many were added."""
+        cfg = self.cfg
+        if cfg.kind != "vllm" or n <= 0 or not self.replicas:
+            return 0
+        bundles = replica_bundles(cfg)
+        groups: list[Any] = []
+        if bundles[0]:
+            pgs = [placement_group(bundles, strategy=PLACEMENT_STRATEGY) for _ in range(n)]
+            refs = [pg.ready() for pg in pgs]
+            ready, _ = ray.wait(refs, num_returns=n, timeout=cfg.placement_timeout_s)
+            placed = {id(r) for r in ready}
+            groups = [pg for pg, r in zip(pgs, refs) if id(r) in placed]
+            for pg, r in zip(pgs, refs):
+                if id(r) not in placed:
+                    remove_placement_group(pg)
+            if not groups:
+                return 0
+        added = len(groups) if bundles[0] else n
+        served = cfg.served_name or cfg.name
+        for k in range(added):
+            i = len(self.replicas)
+            if groups:
+                self.placement_groups.append(groups[k])
+            self.replicas.append(self._replica(i))
+            self.endpoints.append(Endpoint("", served, "", i, api_key=self.api_key, in_rotation=False))
+            self.startup.append({})
+            self._restarting[i] = self.replicas[i].start.remote()
+            self._event(i, "added", reason="GPUs given back by a drained pool")
+        log.info("model %s: %d replica(s) added mid-run (%d in all)", cfg.name, added, len(self.replicas))
+        return added
 
     def _replica(self, i: int) -> Any:
         from dataclasses import asdict
@@ -209,8 +243,6 @@ class ModelPool:
         return self.bind
 
     def _remove_groups(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         for pg in self.placement_groups:
             try:
                 remove_placement_group(pg)

@@ -4,6 +4,7 @@ budgets, failure caps, lost workers and replica health handled between iteration
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import defaultdict, deque
@@ -28,10 +29,11 @@ from ray_jobs.budget import (
 )
 from ray_jobs.judge import JudgeStream
 from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.run.moves import Candidate, grow, release
 from ray_jobs.run.planning import Point
 from ray_jobs.run.supervisor import Supervisor
 from ray_jobs.session import Session
-from ray_jobs.sizing import derived_workers
+from ray_jobs.sizing import derived_workers, unit
 
 log = logging.getLogger("dateline.run")
 
@@ -54,12 +56,13 @@ Buf = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], di
 
 
 @stopping.deferring        # a signal stops the loop between iterations (ray_jobs/stopping.py)
-def dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
+def dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet,
+             keep: set[str] | None = None) -> None:
     """One queue per model, feeding one set of worker actors that run every point of that model:
     points overlap (the next point's episodes fill the slots of the last one's tail). Rows go to
     the store writer as they finish, and to the judges once they are stored."""
     if groups:
-        DispatchLoop(groups, session, stream).run()
+        DispatchLoop(groups, session, stream, keep).run()
 
 
 class DispatchLoop:
@@ -68,8 +71,12 @@ class DispatchLoop:
     the workers Ray is restarting, the ledgers lost; the writer, the progress line and the pools'
     replica events. :meth:`run` is the loop; each other method is one thing that can happen in it."""
 
-    def __init__(self, groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet) -> None:
+    def __init__(self, groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet,
+                 keep: set[str] | None = None) -> None:
         self.groups, self.session, self.stream = groups, session, stream
+        self.keep = set(keep or ())         # pools never released mid-wave (later waves', judges')
+        self.released: set[str] = set()
+        self.done: dict[str, int] = defaultdict(int)     # episodes finished per model group
         self.queues: dict[str, deque[EpisodeSpec]] = {}
         self.workers: dict[str, list[Any]] = {}
         self.by_key: dict[str, Point] = {}
@@ -90,6 +97,7 @@ class DispatchLoop:
         self.failing: dict[str, str] = {}            # model group -> why it was stopped
         self.pushes: dict[str, list[Any]] = {}       # the last endpoint push to each group's workers
         self.max_stall_s = 0.0                       # the longest loop iteration, its wait left out
+        self.moves: list[dict[str, Any]] = []        # pools released mid-wave and what grew (supervisor)
         self.stored: set[str] = set()                                     # episodes with a row from this run
         self.busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
         self.reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
@@ -260,6 +268,7 @@ class DispatchLoop:
                 for g, why in list(sup.failing.items()):
                     if g not in self.failing:
                         self.stop_model(g, why)
+                self._release_drained(sup)
                 self.progress.note = "; ".join(n for pool in self.pools.values()
                                                if pool is not None and (n := pool.rotation_note()))
                 self.progress.render()
@@ -269,6 +278,7 @@ class DispatchLoop:
                 _poll_live(self.workers, self.progress)
         finally:
             sup.stop()
+            self.moves = list(sup.moves)
             try:
                 self.flush(final=True)
             finally:
@@ -353,6 +363,7 @@ class DispatchLoop:
         buf[2].extend(res.get("calls", ()))
         buf[3].update(res.get("messages", {}))
         self.progress.update(row, model=g != "none")
+        self.done[g] += 1
         st = self.stats[p.key]
         st["steps"] += row["n_steps"]
         st["tokens_in"] += row["tokens_in"]
@@ -364,6 +375,33 @@ class DispatchLoop:
                       st["failures"], p.key[:6])
             p.info["stopped_at_max_failures"] = mf
             self.drop(g, p.key, "", None)
+
+    def _release_drained(self, sup: Supervisor) -> None:
+        """A model group whose episodes are all done, while others still have some queued, gives
+        its pool's GPUs to them (on the supervisor's thread: ``ray_jobs/run/moves.py``)."""
+        busy = {gg for gg, _, _ in self.pending.values()} | {gg for gg, _ in self.reviving.values()}
+        waiting = {h for h, q in self.queues.items() if q}
+        for g, pool in self.pools.items():
+            if (pool is None or g in self.released or g in self.keep or g in self.failing or self.queues[g]
+                    or g in busy or not waiting - {g}):
+                continue
+            self.released.add(g)
+            eff = self.by_key[self.groups[g][0].key].cfg.cluster.sizing_efficiency
+            res = unit(pool.cfg)[0]
+            sup.move(g, functools.partial(release, self.session, g),
+                     functools.partial(grow, self._candidates, eff, res, since=time.monotonic()))
+
+    def _candidates(self) -> dict[str, Candidate]:
+        """The model groups with episodes left and a pool (read from the supervisor's thread: a
+        snapshot of counts that may be a loop iteration old)."""
+        inflight: dict[str, int] = defaultdict(int)
+        for gg, _, _ in list(self.pending.values()):
+            inflight[gg] += 1
+        return {h: Candidate(self.by_key[self.groups[h][0].key].cfg.model, pool, len(self.queues[h]) + inflight[h],
+                             self.done[h])
+                for h, pool in list(self.pools.items())
+                if pool is not None and h not in self.released and h not in self.failing
+                and len(self.queues[h]) + inflight[h] > 0}
 
     def _record(self) -> None:
         """What each point's run info says about this dispatch (``dispatch_max_stall_s``: the
@@ -384,6 +422,7 @@ class DispatchLoop:
             p.info["index_stats"] = gather_stats(p.index) if p.index is not None else None
             p.info["service_stats"] = {k: gather_stats(h) for k, h in p.services.items()}
             p.info["dispatch_max_stall_s"] = round(self.max_stall_s, 3)
+            p.info["pool_moves"] = self.moves
 
 
 def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:

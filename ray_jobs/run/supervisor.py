@@ -3,7 +3,11 @@ thread of their own, at the pool's ``model.health_check_s``, and changed endpoin
 the workers without waiting for them. A check waits for ``/health`` answers (up to 25 s for a lost
 replica): in the loop, that was dispatch standing still. Nothing here raises into the loop: a
 failed check or push is logged and tried again at the next round; a pool with no replica left is
-reported (:attr:`Supervisor.failing`) and the loop stops its model."""
+reported (:attr:`Supervisor.failing`) and the loop stops its model.
+
+**Moves** (:meth:`Supervisor.move`): the loop hands over a pool whose queue has drained; here it
+is released (its GPUs back to Ray) and :class:`ray_jobs.allocation.Reallocator` gives them to the
+pools with the most work left (``ModelPool.grow``), mid-wave; what moved is in :attr:`moves`."""
 
 from __future__ import annotations
 
@@ -29,6 +33,16 @@ class Supervisor:
         self._stop = threading.Event()
         self._lock = threading.Lock()            # a pool is checked by one thread at a time
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
+        self._moves: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any] | None]]] = []
+        self._growing: list[tuple[dict[str, Any], Callable[[], dict[str, Any] | None]]] = []
+        self.moves: list[dict[str, Any]] = []
+
+    def move(self, g: str, release: Callable[[], dict[str, Any]], grow: Callable[[], dict[str, Any] | None]) -> None:
+        """Release drained pool ``g`` (``release``, run on this thread), then hand its GPUs on
+        (``grow``, asked each round until it decides: None while the pools with work left have
+        not measured their pace yet); the pool is checked no more."""
+        self.pools.pop(g, None)          # no lock: a check in progress must not hold up dispatch
+        self._moves.append((g, release, grow))
 
     def start(self) -> Supervisor:
         self._thread.start()
@@ -41,7 +55,28 @@ class Supervisor:
     def _run(self) -> None:
         last = {g: time.monotonic() for g in self.pools}
         while not self._stop.wait(0.1):
-            for g, pool in self.pools.items():
+            while self._moves:
+                g, release, grow = self._moves.pop(0)
+                with self._lock:
+                    try:
+                        record = {"released": g, **release()}
+                        self.moves.append(record)
+                        self._growing.append((record, grow))
+                    except Exception as e:  # noqa: BLE001 - the run goes on with the pools it has
+                        self.errors += 1
+                        log.warning("releasing drained pool %s failed: %s", g[:6], e)
+            for record, grow in list(self._growing):
+                with self._lock:
+                    try:
+                        done = grow()
+                    except Exception as e:  # noqa: BLE001 - the run goes on with the pools it has
+                        self.errors += 1
+                        log.warning("handing on the GPUs of %s failed: %s", record["released"][:6], e)
+                        done = {"grown": {}, "error": str(e)[:300]}
+                if done is not None:
+                    record.update(done)
+                    self._growing.remove((record, grow))
+            for g, pool in list(self.pools.items()):
                 if g in self.failing or time.monotonic() - last[g] < self.period_s.get(g, 5.0):
                     continue
                 with self._lock:

@@ -121,7 +121,7 @@ def run_waves(work: list[Point], models: dict[str, ModelConfig], session: Sessio
     try:
         for n, wave in enumerate(waves):
             later = {k for w in waves[n + 1:] for p in w for k in p.pools}
-            _run_wave(wave, models, session, fixed["CPU"])
+            _run_wave(wave, models, session, fixed["CPU"], keep=later)
             session.stop_pools(keep=later)
     finally:
         if ledger is not None:
@@ -175,11 +175,12 @@ def _headroom_gpu_s(wave: list[Point]) -> float | None:
     return max(0.0, min(left)) if left else None
 
 
-def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session, reserve_cpus: float = 0.0) -> None:
+def _run_wave(wave: list[Point], models: dict[str, ModelConfig], session: Session, reserve_cpus: float = 0.0,
+              keep: set[str] | None = None) -> None:
     """Host the wave's models (at once), then run and judge every point of the wave together."""
     keys = list(dict.fromkeys(k for p in wave for k in p.pools))
     startup_s, uptime0, started0 = _host_wave(wave, keys, models, session, reserve_cpus)
-    _run_points(wave, keys, started0, startup_s, session)
+    _run_points(wave, keys, started0, startup_s, session, keep or set())
     _share_uptime(wave, keys, models, uptime0, session)
 
 
@@ -205,7 +206,8 @@ def _host_wave(wave: list[Point], keys: list[str], models: dict[str, ModelConfig
     return time.time() - t0, uptime0, started0
 
 
-def _run_points(wave: list[Point], keys: list[str], started0: set[str], startup_s: float, session: Session) -> None:
+def _run_points(wave: list[Point], keys: list[str], started0: set[str], startup_s: float, session: Session,
+                keep: set[str]) -> None:
     """Every point's workers and ledger, its judges, then the dispatch loop over all of them."""
     stream = judge_stream([p for p in wave if p.judge])
     groups: dict[str, list[Point]] = defaultdict(list)
@@ -229,7 +231,10 @@ def _run_points(wave: list[Point], keys: list[str], started0: set[str], startup_
                 if p.info["episodes_skipped"]:      # episodes of earlier runs may still miss judgements
                     stream.submit(p.key, p.store.episodes(config_hash=p.plan.config_hash, ok_only=True).to_pylist())
         t_run = time.time()
-        dispatch(groups, session, stream)
+        # pools a drained model may not give back mid-wave: a later wave's, and any that judges
+        judging = {k for p in wave if p.judge for k in p.pools if k != Session.key(p.cfg.model)}
+        judging |= {Session.key(p.cfg.model) for p in wave if p.judge and p.cfg.judge.kind == "self"}
+        dispatch(groups, session, stream, keep=keep | judging)
         for p in wave:
             if p.generate:
                 p.info["run_s"] = time.time() - t_run

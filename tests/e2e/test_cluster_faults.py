@@ -64,3 +64,53 @@ def test_a_black_holed_replica_is_routed_around_without_stalling_dispatch(tmp_pa
     print("longest dispatch stall", info["dispatch_max_stall_s"], "s; run", round(took, 1), "s")
     assert info["dispatch_max_stall_s"] <= 0.5, info["dispatch_max_stall_s"]
     assert took < 300, took                                 # nothing waited out a request timeout
+
+
+def _sized_cfg(c, tmp_path: Path, name: str, limit: str, delay: float):
+    from ray_jobs.configs import compose
+
+    return compose([
+        "benchmark=livenews", "agent=livenews", f"benchmark.limit={limit}", "judge=none", "model=local_cpu",
+        f"model.name={name}", f"model.served_name={name}", f"model.path={tmp_path / 'model'}",
+        "model.server_module=tests.fake_vllm_server", f"+model.env.PYTHONPATH={REPO}",
+        "+model.env.FAKE_VLLM_RESPONDER=tests.helpers:livenews_script", f"+model.env.FAKE_VLLM_DELAY_S={delay}",
+        "model.replicas=auto", "model.num_cpus=0.25", "model.num_gpus=1", "model.max_inflight_per_replica=1",
+        "model.health_check_s=1", "model.startup_timeout_s=120", "model.placement_timeout_s=60",
+        f"cluster.address={c.address}", "cluster.num_workers=2", "cluster.episodes_per_worker=1",
+        "cluster.worker_num_cpus=0.1", "index.num_cpus=0.25", "cluster.sizing_efficiency=0.5",
+        f"run.dir={tmp_path / 'run'}", "run.progress=false"])
+
+
+def test_a_drained_pool_gives_its_gpus_to_the_model_with_work_left(tmp_path):
+    """Two auto-sized models in one wave on 2 nodes x 2 fake GPUs: the small run (one task)
+    drains first; its pool is released mid-wave and the other model, with most of its episodes
+    left, grows onto the freed GPU (a replica that did not exist at the start serves episodes).
+    ``cluster.sizing_efficiency=0.5``: the fake server loads in seconds and episodes take about
+    a second, so the default rule would not pay for a new replica on so little work."""
+    import pyarrow.dataset as ds
+
+    from engine.benchmarks import get_benchmark
+    from engine.storage import EpisodeStore
+    from ray_jobs.run import run_sweep
+    from ray_jobs.session import Session
+
+    (tmp_path / "model").mkdir()
+    with own_cluster() as c:
+        for _ in range(2):
+            c.add_node(num_cpus=4, num_gpus=2)
+        c.wait_for_nodes()
+        small = _sized_cfg(c, tmp_path, "small", "1", 0.0)
+        big = _sized_cfg(c, tmp_path, "big", "null", 1.0)      # 2 episodes at a time, ~4 s each: ~25 s
+        infos = run_sweep([small, big])
+    by = {i["replicas_auto"] and next(iter(i["replicas_auto"])): i for i in infos}
+    assert by["small"]["replicas_auto"]["small"]["replicas"] == 1, by["small"]["replicas_auto"]
+    start = by["big"]["replicas_auto"]["big"]["replicas"]
+    assert start == 3, by["big"]["replicas_auto"]
+    moves = by["big"]["pool_moves"]
+    assert [m["released"] for m in moves] == [Session.key(small.model)], moves
+    assert moves[0]["grown"] == {Session.key(big.model): 1}, moves
+    eps = EpisodeStore(tmp_path / "run", get_benchmark("livenews").episode_fields).episodes().to_pylist()
+    assert len(eps) == by["small"]["episodes_planned"] + by["big"]["episodes_planned"]
+    assert all(e["status"] == "ok" for e in eps), [(e["model"], e["error"]) for e in eps if e["status"] != "ok"]
+    calls = ds.dataset(tmp_path / "run" / "calls", format="parquet").to_table(columns=["model", "replica"]).to_pylist()
+    assert any(r["model"] == "big" and r["replica"] == start for r in calls), "the added replica served nothing"
