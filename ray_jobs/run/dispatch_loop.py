@@ -98,6 +98,8 @@ class DispatchLoop:
         self.pushes: dict[str, list[Any]] = {}       # the last endpoint push to each group's workers
         self.max_stall_s = 0.0                       # the longest loop iteration, its wait left out
         self.moves: list[dict[str, Any]] = []        # pools released mid-wave and what grew (supervisor)
+        self.budget_asks: dict[str, Any] = {}        # a ledger's answer not read yet, per point
+        self.live_asks: list[Any] = []               # the workers' live counts not read yet
         self.stored: set[str] = set()                                     # episodes with a row from this run
         self.busy: dict[tuple[str, int], int] = defaultdict(int)        # episodes in flight per worker
         self.reviving: dict[Any, tuple[str, int]] = {}                    # ping of a worker Ray is restarting
@@ -263,7 +265,7 @@ class DispatchLoop:
                     self._collect(ref)
                 self.flush()              # a hand-off: the writer flushes by size or run.flush_interval_s
                 if time.monotonic() - last_poll >= 5.0:
-                    _poll_live(self.workers, self.progress)
+                    self._poll_live()
                     last_poll = time.monotonic()
                 for g, why in list(sup.failing.items()):
                     if g not in self.failing:
@@ -307,11 +309,38 @@ class DispatchLoop:
                 self.submit(g, w)
 
     def _stop_spent_budgets(self) -> None:
+        """Points whose budget closed stop dispatching. The ledger is asked without waiting: its
+        answer is read at a later iteration (a ledger call per iteration stood dispatch still)."""
         for p in self.by_key.values():
             g = Session.key(p.cfg.model) if p.uses_model else "none"
-            if p.budget is not None and any(s.point == p.key for s in self.queues[g]) and (why := p.budget.exhausted()):
+            if p.budget is None or not any(s.point == p.key for s in self.queues[g]):
+                continue
+            ref = self.budget_asks.get(p.key)
+            if ref is None:
+                self.budget_asks[p.key] = p.budget.actor.exhausted.remote()
+                continue
+            if not ray.wait([ref], timeout=0)[0]:
+                continue
+            del self.budget_asks[p.key]
+            try:
+                why = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - the ledger is gone: the workers' calls fail on their own
+                log.warning("budget actor unreachable: %s", e)
+                continue
+            if why:
                 log.warning("stopping %s: %s; in-flight episodes finish, the rest never start", p.key[:6], why)
                 self.drop(g, p.key, why, "budget")
+
+    def _poll_live(self) -> None:
+        """The workers' live counts for the progress line, without waiting: the answers to the
+        previous poll are read (when all came), and the next poll is sent."""
+        refs, self.live_asks = self.live_asks, [w.live.remote() for ws in self.workers.values() for w in ws]
+        if refs and len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs):
+            try:
+                lives = ray.get(refs)
+            except Exception:  # noqa: BLE001 - progress is best effort (a worker may be restarting)
+                return
+            self.progress.set_live(*(sum(x[k] for x in lives) for k in ("steps", "tokens_in", "tokens_out")))
 
     def _collect(self, ref: Any) -> None:
         """One finished call of a worker: its result, a lost worker, or a lost ledger."""
