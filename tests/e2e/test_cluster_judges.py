@@ -18,8 +18,9 @@ pytestmark = pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_a_killed_judge_actor_is_restarted_and_no_judgement_is_lost_or_stored_twice(tmp_path):
     """Issue 33, on a ``cluster_utils`` cluster of two nodes: one of two judge actors is killed
-    while its judge calls are in flight (flushed judgements in the store, others in its memory). Ray restarts it; the fleet gives it its
-    configuration and episodes again; the store ends with exactly one judgement per episode."""
+    while its judge calls are in flight (flushed judgements in the store, others in its memory).
+    Ray restarts it; the fleet gives it its configuration and episodes again; the store ends with
+    exactly one judgement per episode and key."""
     import time
 
     import ray
