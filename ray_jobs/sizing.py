@@ -63,20 +63,27 @@ def _take(nodes: list[dict[str, float]], ask: dict[str, float]) -> bool:
     return True
 
 
+def _place_fixed(models: dict[str, ModelConfig], nodes: list[dict[str, float]]
+                 ) -> tuple[list[dict[str, float]], dict[str, int], dict[str, ModelConfig]]:
+    """Models with a fixed ``replicas`` placed first, as they will be: what the nodes have left,
+    their counts, and the ``auto`` models still to size."""
+    free = [dict(n) for n in nodes]
+    out: dict[str, int] = {}
+    for k, m in models.items():
+        if m.replicas != "auto":
+            out[k] = int(m.replicas)
+            for _ in range(out[k]):
+                _take(free, replica_ask(m))
+    return free, out, {k: m for k, m in models.items() if m.replicas == "auto"}
+
+
 def size_replicas(models: dict[str, ModelConfig], work: dict[str, float], nodes: list[dict[str, float]],
                   reserve_cpus: float = 0.0) -> dict[str, int]:
     """Replicas per model of one wave. ``models``: the wave's hosted models by pool key (``auto``
     ones are sized, the others keep theirs); ``work``: projected tokens per pool key; ``nodes``:
     resources available on each node; ``reserve_cpus``: CPUs the wave's workers, index and
     services need besides (kept free in total)."""
-    free = [dict(n) for n in nodes]
-    out: dict[str, int] = {}
-    for k, m in models.items():                     # fixed counts first, as placed
-        if m.replicas != "auto":
-            out[k] = int(m.replicas)
-            for _ in range(out[k]):
-                _take(free, replica_ask(m))
-    auto = {k: m for k, m in models.items() if m.replicas == "auto"}
+    free, out, auto = _place_fixed(models, nodes)
     if not auto:
         return out
     cpu_left = sum(n.get("CPU", 0.0) for n in free) - reserve_cpus
@@ -253,14 +260,7 @@ def size_by_work(models: dict[str, ModelConfig], work_s: dict[str, float], load_
     counts placed first, then the auto models sized on their one resource (GPU, or CPU for
     CPU-only models less ``reserve_cpus``). None when the auto models are sized on different
     resources (the token split of :func:`size_replicas` then decides)."""
-    free = [dict(n) for n in nodes]
-    out: dict[str, int] = {}
-    for k, m in models.items():
-        if m.replicas != "auto":
-            out[k] = int(m.replicas)
-            for _ in range(out[k]):
-                _take(free, replica_ask(m))
-    auto = {k: m for k, m in models.items() if m.replicas == "auto"}
+    free, out, auto = _place_fixed(models, nodes)
     if not auto:
         return out
     units = {unit(m)[0] for m in auto.values()}

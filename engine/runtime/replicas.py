@@ -49,9 +49,7 @@ class Balanced:
 def gather_stats(target: Any, method: str = "get_stats") -> dict[str, Any]:
     """The stats of every replica (``ray.get`` of ``method``), summed key by key (``max_*`` keys
     by their maximum), with ``replicas`` and the per-replica dicts under ``per_replica``."""
-    import ray
-
-    per = [ray.get(getattr(m, method).remote()) for m in members(target)]
+    per = _ask_all(target, method)
     total: dict[str, Any] = {}
     for st in per:
         for k, v in st.items():
@@ -66,11 +64,16 @@ def gather_stats(target: Any, method: str = "get_stats") -> dict[str, Any]:
 def ready_info(target: Any, method: str = "ready") -> dict[str, Any]:
     """What the first replica's ``method`` says (waited for), with ``replicas`` and, when there
     are several, every replica's answer under ``per_replica`` (each waited for too)."""
-    import ray
-
-    per = [ray.get(getattr(m, method).remote()) for m in members(target)]
+    per = _ask_all(target, method)
     out = dict(per[0])
     out["replicas"] = len(per)
     if len(per) > 1:
         out["per_replica"] = per
     return out
+
+
+def _ask_all(target: Any, method: str) -> list[Any]:
+    """``method``'s answer from every replica, asked at once."""
+    import ray
+
+    return list(ray.get([getattr(m, method).remote() for m in members(target)]))
