@@ -87,6 +87,10 @@ class ModelConfig:
     replica_wait_s: float = 1800.0
     # Per-request timeout and retries for transient errors.
     request_timeout_s: float = 600.0
+    # How long opening a connection may take. Short: a node that is gone (or a port nobody listens
+    # on behind a dropping firewall) fails the call in seconds and it goes to another replica,
+    # instead of waiting out request_timeout_s, which is sized for a long generation.
+    connect_timeout_s: float = 10.0
     # Retries of a failed call (429, 5xx, reset, timeout, a malformed answer): jittered exponential
     # backoff from retry_backoff_s up to retry_backoff_max_s, or the server's Retry-After; at most
     # max_retries per call and max_retries_per_episode over an episode's calls (then it is stored
@@ -258,6 +262,7 @@ class JudgeConfig:
     # Per call. Generous: a 3000-token generation (an analyst checklist) on a busy CPU replica runs ~20 min.
     # A call that times out is recorded and asked again by the next stage run.
     request_timeout_s: float = 1800.0
+    connect_timeout_s: float = 10.0    # opening a connection to the judge (see model.connect_timeout_s)
     # Where judging runs: this many judge actors (Ray; a configuration's tasks are spread over
     # them), each asking for actor_cpus CPUs and actor_resources; 0 judges on a thread of the
     # driver. Not part of the judge's identity (where a verdict is computed does not change it).

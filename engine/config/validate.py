@@ -80,6 +80,7 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(_finite(m.retry_backoff_s) and _finite(m.retry_backoff_max_s) and 0 <= m.retry_backoff_s <= m.retry_backoff_max_s,
            f"{where}.retry_backoff_s", "must be >= 0 and <= retry_backoff_max_s")
     _positive(m.request_timeout_s, f"{where}.request_timeout_s")
+    _positive(m.connect_timeout_s, f"{where}.connect_timeout_s")
     _check(m.max_inflight_per_replica >= 1, f"{where}.max_inflight_per_replica", "must be >= 1")
     _check(_finite(m.health_check_s) and m.health_check_s > 0 and m.unhealthy_checks >= 1, f"{where}.health_check_s",
            "health_check_s must be > 0 and unhealthy_checks >= 1")
@@ -150,6 +151,7 @@ def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
     _check_resources(j.actor_resources, "judge.actor_resources")
     _check(_finite(j.temperature) and 0.0 <= j.temperature <= 2.0, "judge.temperature", "must be in [0, 2]")
     _positive(j.request_timeout_s, "judge.request_timeout_s")
+    _positive(j.connect_timeout_s, "judge.connect_timeout_s")
     _non_negative(j.price_input_per_mtok, "judge.price_input_per_mtok")
     _non_negative(j.price_output_per_mtok, "judge.price_output_per_mtok")
 

@@ -85,19 +85,20 @@ class SamplingParams:
     backoff_s: float = 0.5                # first retry after ~backoff_s, doubling, jittered
     backoff_max_s: float = 8.0
     retry_after_max_s: float = 60.0       # a longer Retry-After is waited for this long only
+    connect_timeout_s: float = 10.0       # opening a connection: short, so a gone node fails fast
 
     # The defaults above are ModelConfig's (tests/engine/config/test_config_defaults.py checks it); a run
     # builds its parameters from its config with these two, never from copied fields.
     @classmethod
     def for_model(cls, m: ModelConfig) -> SamplingParams:
         return cls(m.temperature, m.top_p, None, m.request_timeout_s, m.max_retries, m.retry_backoff_s,
-                   m.retry_backoff_max_s)
+                   m.retry_backoff_max_s, connect_timeout_s=m.connect_timeout_s)
 
     @classmethod
     def for_judge(cls, j: JudgeConfig) -> SamplingParams:
         """A judge call: the judge's temperature and timeout; one retry at the transport level (a
         malformed verdict is asked again ``judge.max_attempts`` times by the judge stage)."""
-        return cls(j.temperature, 1.0, None, j.request_timeout_s, 1)
+        return cls(j.temperature, 1.0, None, j.request_timeout_s, 1, connect_timeout_s=j.connect_timeout_s)
 
 
 class RetryBudget:
@@ -160,7 +161,15 @@ def _http_client(sampling: SamplingParams) -> Any:
     pooled connection on every request: with a replica's 64 calls in flight that is most of a
     client's CPU per call, which the aiohttp transport does not spend (``perf/client_overhead.py``)."""
     client = _aiohttp_client_class()
-    return client(timeout=sampling.timeout_s) if client is not None else None
+    return client(timeout=_timeout(sampling)) if client is not None else None
+
+
+def _timeout(sampling: SamplingParams) -> Any:
+    """The transport's timeouts: ``timeout_s`` per read, write and pool wait, and the shorter
+    ``connect_timeout_s`` (never longer than ``timeout_s``) to open a connection."""
+    import httpx2  # what this OpenAI SDK builds its requests with
+
+    return httpx2.Timeout(sampling.timeout_s, connect=min(sampling.connect_timeout_s, sampling.timeout_s))
 
 
 @functools.cache
@@ -185,6 +194,9 @@ def _aiohttp_client_class() -> Any:
             yield
         except httpx2.TransportError as e:
             cause = e.__cause__
+            if isinstance(e, httpx2.ConnectTimeout):  # nothing was sent: the endpoint is not there
+                raise httpx2.ConnectError(f"no connection within the connect timeout ({cause or e})",
+                                          request=request) from cause
             if cause is None or isinstance(cause, TimeoutError):
                 raise
             if isinstance(cause, aiohttp.ClientConnectorError):
@@ -245,7 +257,7 @@ class ChatClient:
         # retries are ours (``chat``): jittered backoff, Retry-After honoured, capped per call and
         # per episode (RetryBudget); the SDK's own would be invisible to those caps
         self._client = AsyncOpenAI(base_url=endpoint.base_url, api_key=key or "EMPTY",
-                                   timeout=sampling.timeout_s, max_retries=0, http_client=_http_client(sampling))
+                                   timeout=_timeout(sampling), max_retries=0, http_client=_http_client(sampling))
         self.retries = 0
         self._slots = asyncio.Semaphore(max_inflight)
         self.usage = Usage()

@@ -241,3 +241,82 @@ def test_a_call_on_a_replica_that_leaves_rotation_is_re_routed_at_once():
         c, took = asyncio.run(go())
     assert c.text == "hello there" and took < 1.0 and router.evictions == 1 and router.reroutes == 1
     assert len(good.requests) == 1
+
+
+def _syn_dropping_port(stack: list) -> int:
+    """A port whose listener never accepts and whose accept queue is full, so the kernel drops
+    every new SYN: a connect there hangs, as to a node that is gone behind a dropping firewall."""
+    import socket
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    stack.append(srv)
+    port = srv.getsockname()[1]
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        stack.append(s)
+    time.sleep(0.1)
+    return port
+
+
+def test_a_call_to_a_gone_node_fails_within_the_connect_timeout_and_is_re_routed():
+    """Issue 33: ``connect_timeout_s`` bounds opening a connection, apart from the request timeout
+    sized for a long generation. A call to a node that drops SYNs fails in about the connect
+    timeout, named a connection error (the endpoint is down, not this request), and the router
+    sends it to the other replica, spending no retry of the episode."""
+    import time
+
+    from engine.llm.client import endpoint_down
+
+    held: list = []
+    try:
+        gone = f"http://127.0.0.1:{_syn_dropping_port(held)}/v1"
+
+        async def direct() -> tuple[BaseException, float]:
+            c = ChatClient(Endpoint(gone, "m"), SamplingParams(timeout_s=600.0, max_retries=0, connect_timeout_s=0.5))
+            t0 = time.monotonic()
+            try:
+                await c.chat(USER, 8)
+            except GenerationError as e:
+                return e, time.monotonic() - t0
+            finally:
+                await c.close()
+            raise AssertionError("a call to a node that drops SYNs was answered")
+
+        err, took = asyncio.run(direct())
+        assert took < 3.0 and str(err).startswith("APIConnectionError") and endpoint_down(err), (took, err)
+
+        with FaultServer(hello) as good:
+            eps = [Endpoint(gone, "m", replica=0), Endpoint(good.base_url, "m", replica=1)]
+            router = Router(eps, SamplingParams(timeout_s=600.0, max_retries=0, connect_timeout_s=0.5,
+                                                backoff_s=0.01, backoff_max_s=0.02),
+                            reroute_wait_s=30.0, max_retries_per_episode=0)
+
+            async def routed():
+                client = router.client_for("episode-on-0")
+                router._sticky["episode-on-0"] = 0           # pinned to the gone node
+                t0 = time.monotonic()
+                c = await asyncio.wait_for(client.chat(USER, 8), 10.0)
+                await router.close()
+                return c, time.monotonic() - t0
+
+            c, took = asyncio.run(routed())
+        assert c.text == "hello there" and took < 3.0 and len(good.requests) == 1, took
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_the_connect_timeout_comes_from_the_config():
+    from engine.config import JudgeConfig, ModelConfig
+
+    assert SamplingParams.for_model(ModelConfig(connect_timeout_s=3.0)).connect_timeout_s == 3.0
+    assert SamplingParams.for_judge(JudgeConfig(connect_timeout_s=4.0)).connect_timeout_s == 4.0
+    assert ModelConfig().connect_timeout_s < ModelConfig().request_timeout_s
