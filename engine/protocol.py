@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from engine.inputs.order import TaskOrder, ordered
 from indexes.corpus import Document
 
 if TYPE_CHECKING:
@@ -343,10 +344,12 @@ class BenchmarkBase:
 
 
 def select_tasks(tasks: Sequence[TaskT], task_ids: Sequence[str] | None, limit: int | None,
-                 where: str) -> list[TaskT]:
-    """``benchmark.task_ids`` (these tasks only, in the data's order; an id the data lacks is a
-    ConfigError naming it), then ``benchmark.limit`` (the first N). Both decide a configuration's
-    task set (its plan), not its identity."""
+                 where: str, order: TaskOrder | None = None) -> list[TaskT]:
+    """``benchmark.task_ids`` (these tasks only; an id the data lacks is a ConfigError naming
+    it), in the run's order (``order``: ``engine.inputs.order.task_order(cfg.run)``; None: the
+    data's), then ``benchmark.limit`` (the first N of that order: under ``run.order=random`` a
+    seeded random subset, the same for every configuration). They decide a configuration's task
+    set and order (its plan), not its identity."""
     from engine.errors import ConfigError
 
     out = list(tasks)
@@ -362,6 +365,8 @@ def select_tasks(tasks: Sequence[TaskT], task_ids: Sequence[str] | None, limit: 
                               + (f" (and {len(unknown) - 10} more)" if len(unknown) > 10 else "") + hint)
         keep = set(task_ids)
         out = [t for t in out if t.task_id in keep]
+    if order is not None:
+        out = ordered(out, [t.task_id for t in out], order)
     return out[:limit] if limit is not None else out
 
 

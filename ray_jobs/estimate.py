@@ -1,7 +1,8 @@
 """``dateline estimate [--tasks N] [hydra overrides]``: what a run would cost, from a small pilot.
 
-For each configuration (each point of a ``-m`` sweep) the pilot runs the first N tasks (all
-seeds) as an ordinary run, judge stage included, into ``<run.dir>/_pilot`` (its own run dir: the
+For each configuration (each point of a ``-m`` sweep) the pilot runs the first N tasks of the run's
+order (all seeds; under the default ``run.order=random`` a seeded random subset, the same for every
+configuration: engine/inputs/order.py) as an ordinary run, judge stage included, into ``<run.dir>/_pilot`` (its own run dir: the
 real run's budget and results are untouched; a repeated estimate reuses the pilot's episodes).
 From the pilot's episodes and run records it projects, per episode and for the full run (and for
 what is still missing in ``run.dir``):
@@ -13,8 +14,10 @@ what is still missing in ``run.dir``):
 * replica hours of hosted models over that wall time, and the cost at the configured prices
   (engine/budget/cost.py): tokens x ``price_*_per_mtok`` plus uptime x ``price_gpu_hour`` per GPU.
 
-The first N tasks stand in for all of them: a dataset whose first tasks are unlike the rest
-projects badly (a larger ``--tasks`` helps).
+The pilot's tasks stand in for all of them. Under ``run.order=random`` they are a uniform random
+subset, so the projection is not biased by the file's order (under ``run.order=data`` they are the
+file's first N, and a dataset whose first tasks are unlike the rest projects badly); a small pilot
+is still noisy (a larger ``--tasks`` helps).
 """
 
 from __future__ import annotations
@@ -146,8 +149,9 @@ def _dur(s: float) -> str:
 
 
 def pilot_config(cfg: Config, tasks: int) -> Config:
-    """The pilot's config: the first ``tasks`` tasks, in ``<run.dir>/_pilot``. Everything that
-    decides an episode is unchanged, so pilot episodes are the full run's first episodes."""
+    """The pilot's config: the first ``tasks`` tasks of the run's order, in ``<run.dir>/_pilot``.
+    Everything that decides an episode is unchanged (the order too), so pilot episodes are the full
+    run's first episodes."""
     p = copy.deepcopy(cfg)
     if not hasattr(p.benchmark, "limit"):
         raise SystemExit(f"estimate: benchmark {p.benchmark.name} has no task limit to run a pilot with")

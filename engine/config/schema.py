@@ -205,6 +205,11 @@ class RunConfig:
     seed: int = 0
     # Number of seeds (episodes per task per config): seeds seed..seed+num_seeds-1.
     num_seeds: int = 1
+    # The order tasks are taken in (engine/inputs/order.py): "random", one seeded permutation shared
+    # by every configuration (benchmark.limit then draws a random subset, the same for all), or
+    # "data", the data file's (the paper's) order. Seeded by order_seed, else by seed.
+    order: str = "random"
+    order_seed: int | None = None
     # Finished episodes are flushed as a Parquet shard at least this often (seconds), or once a
     # run dir's buffered rows reach flush_bytes (one shard per table per run dir per flush).
     flush_interval_s: float = 2.0

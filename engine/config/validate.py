@@ -17,6 +17,7 @@ from engine.config.schema import (
     PairwiseConfig,
 )
 from engine.errors import ConfigError
+from engine.inputs.order import ORDERS
 
 
 def _check(cond: bool, where: str, msg: str) -> None:
@@ -191,6 +192,8 @@ def validate(cfg: Config) -> None:
     _check(r.flush_bytes >= 1 << 16, "run.flush_bytes", f"must be >= 65536, got {r.flush_bytes}")
     _check(r.score_failures in SCORE_FAILURES, "run.score_failures",
            f"must be one of {SCORE_FAILURES}, got {r.score_failures!r}")
+    _check(r.order in ORDERS, "run.order", f"must be one of {ORDERS} (random: one seeded order shared by every "
+           f"configuration; data: the data file's), got {r.order!r}")
     _check(bool(r.dir), "run.dir", "required")
     for cap in ("max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours"):
         v = getattr(r.budget, cap)

@@ -36,6 +36,7 @@ from engine.identity import (
     reported_server,
     without_server,
 )
+from engine.inputs.order import TaskOrder, order_record, task_order
 from engine.inputs.paths import repo_path
 from engine.inputs.quarantine import collecting
 from engine.llm import SamplingParams
@@ -217,13 +218,27 @@ def plan_point(cfg: Config) -> Point:
     store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
     # the denominator of this configuration's metrics (engine/scoring/outcomes.py): what this run planned
     planned = [Planned(s.episode_id, s.task_id, s.seed, _failure_json(bench, s.task)) for s in p.specs]
-    store.write_plan(p.config_hash, [(x.episode_id, x.task_id, x.seed, x.failure) for x in planned], task_set(planned),
+    tset = task_set(planned)
+    store.write_plan(p.config_hash, [(x.episode_id, x.task_id, x.seed, x.failure) for x in planned], tset,
                      cfg.run.score_failures, dumps(evaluation_settings(cfg.benchmark, bench.evaluation_fields)))
+    _record_order(store, tset, cfg, [s.task_id for s in p.specs])
     uses_model = bench.uses_model(cfg.agent)
     info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
     log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
              len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
     return Point(f"{p.config_hash}@{p.run_dir}", cfg, bench, p, store, uses_model, bool(p.todo), False, (), info)
+
+
+def _record_order(store: EpisodeStore, tset: str, cfg: Config, task_ids: list[str]) -> None:
+    """Beside the task set, the order its tasks were taken in (``order.json``: per task set, how
+    the order was made, its seed and a hash of it; engine/inputs/order.py), so a reader can
+    re-derive it and tell a random subset from the file's first N."""
+    seen = list(dict.fromkeys(task_ids))
+    order = task_order(cfg) or TaskOrder("data")
+    have = store.read_json("order.json") or {}
+    rec = order_record(seen, order)
+    if have.get(tset) != rec:
+        store.write_json("order.json", have | {tset: rec})
 
 
 def open_point(pt: Point, closed: str | None = None) -> Point:

@@ -503,7 +503,7 @@ def test_livenews_and_analyst_skip_through_load_tasks(tmp_path: Path, caplog: py
                    f"benchmark.pages={d / 'pages.jsonl'}", "benchmark.on_bad_rows=skip"])
     with collecting() as bad, caplog.at_level(logging.WARNING, logger="dateline.quarantine"):
         tasks = get_benchmark("livenews").load_tasks(cfg)
-    assert [t.task_id for t in tasks] == [q["id"] for i, q in enumerate(questions) if i != 1]
+    assert sorted(t.task_id for t in tasks) == sorted(q["id"] for i, q in enumerate(questions) if i != 1)
     assert [(r.row, r.field, r.kind) for r in bad.rows] == [(2, "event_date", "partial_date")]
     assert "livenews livenewsbench data: 1 bad rows skipped" in caplog.text
 

@@ -36,7 +36,9 @@ CASES: dict[str, tuple[str, ...]] = {
 #   {"path": it, "fingerprint": ""}; the fingerprint itself is pinned on fixed bytes (WEIGHTS).
 # * model.engine_args.dtype: left out, it is resolved from this machine's CPU flags (bfloat16 with
 #   AVX512_BF16/AMX or Arm BF16, else float32: engine/hosting/machine.py).
-CONTROLS = ("model.path=/nonexistent/dateline-pins/model", "++model.engine_args.dtype=float32")
+# run.order=data: the pinned first task is the data file's first (the order is no part of any
+# identity; under the default random order the first task is a seeded draw)
+CONTROLS = ("model.path=/nonexistent/dateline-pins/model", "++model.engine_args.dtype=float32", "run.order=data")
 
 # An explicit judge. Its id hashes the model name and the base URL; what the endpoint reports it
 # serves (GET /v1/models) goes into its weights id only. Port 9 (discard) refuses at once, so the

@@ -27,6 +27,7 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.identity import prompt_version, source_version
 from engine.inputs import quarantine
+from engine.inputs.order import task_order
 from engine.inputs.paths import repo_path
 from engine.protocol import (
     Benchmark,
@@ -157,7 +158,8 @@ class AnalystBenchmark(BenchmarkBase):
         with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {repo_path(b.tasks_dir)}") as bad:
             tasks = load_tasks(repo_path(b.tasks_dir), checklists_dir=repo_path(b.checklists_dir) if b.checklists_dir else None,
                                bad=bad)
-        return select_tasks(tasks, b.task_ids, b.limit, b.tasks_dir)
+        return select_tasks(tasks, b.task_ids, b.limit, b.tasks_dir,
+                            task_order(cfg))
 
     async def run_episode(self, task: AnalystTask, ctx: EpisodeContext) -> EpisodeOutcome:
         """Attempts until a report is written, at most ``agent.report_attempts``: each a fresh run

@@ -18,6 +18,7 @@ from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, pars
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.identity import prompt_version, source_version
+from engine.inputs.order import task_order
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -90,7 +91,8 @@ class LiveNewsBenchmark(BenchmarkBase):
         b = cfg.benchmark
         questions, _ = load(replace(b, limit=None))
         tasks = [LiveTask(q, self.policy(b, q)) for q in questions]
-        return select_tasks(tasks, b.task_ids, b.limit, b.questions if b.source == "livenewsbench" else b.pages)
+        return select_tasks(tasks, b.task_ids, b.limit, b.questions if b.source == "livenewsbench" else b.pages,
+                            task_order(cfg))
 
     @staticmethod
     def policy(b: Any, q: LiveQuestion) -> agent.WebPolicy:

@@ -17,6 +17,7 @@ from engine.errors import ConfigError
 from engine.identity import prompt_version as text_version
 from engine.identity import source_version
 from engine.inputs import quarantine
+from engine.inputs.order import task_order
 from engine.inputs.paths import repo_path
 from engine.protocol import (
     Benchmark,
@@ -100,7 +101,8 @@ class NewsAgentBenchmark(BenchmarkBase):
 
     def load_tasks(self, cfg: Config) -> list[NewsTask]:
         b = cfg.benchmark
-        return select_tasks(_load(cfg).tasks, b.task_ids, b.limit, str(_data_dir(cfg)))
+        return select_tasks(_load(cfg).tasks, b.task_ids, b.limit, str(_data_dir(cfg)),
+                            task_order(cfg))
 
     def corpus(self, cfg: Config) -> list[Document]:
         return [Document(o.object_id, o.text, o.date) for o in _load(cfg).objects]
