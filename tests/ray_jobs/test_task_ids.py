@@ -1,5 +1,6 @@
 """``benchmark.task_ids`` for every benchmark, on its bundled sample: only those tasks, in the
-data's order, then ``benchmark.limit``; an unknown id is a ConfigError naming it; neither changes
+data's order under ``run.order=data`` (the default random order is tests/engine/inputs/test_order.py's),
+then ``benchmark.limit``; an unknown id is a ConfigError naming it; neither changes
 the configuration's identity (its config hash), only its task set."""
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import pytest
 from engine.benchmarks import get_benchmark
 from engine.errors import ConfigError
 
-BENCHES = {"newsagent": ["agent=newsagent_rule_based"], "livenews": ["benchmark=livenews", "agent=livenews"],
-           "analyst": ["benchmark=analyst", "agent=analyst"]}
+BENCHES = {"newsagent": ["agent=newsagent_rule_based", "run.order=data"],
+           "livenews": ["benchmark=livenews", "agent=livenews", "run.order=data"],
+           "analyst": ["benchmark=analyst", "agent=analyst", "run.order=data"]}
 
 
 @pytest.mark.slow
