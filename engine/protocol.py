@@ -33,6 +33,7 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   ``task_failure_values(task)`` where a task differs (None: ``failure_values``),
 * ``judge_metrics``: the metrics that need a judge (not produced at all when none ran),
 * ``metric_order``: the order metrics are listed in,
+* ``metric_bounds``: the range of a per-episode metric that is not [0, 1] (a percentage),
 * ``metrics(rows)``: metrics that are not means of ``episode_values`` (spreads, counts), over
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
@@ -253,6 +254,10 @@ class Benchmark(Protocol[TaskT]):
     @property
     def metric_order(self) -> tuple[str, ...]: ...
     @property
+    def lower_is_better(self) -> tuple[str, ...]: ...
+    @property
+    def metric_bounds(self) -> dict[str, tuple[float, float]]: ...
+    @property
     def prompt_version(self) -> str: ...
 
     def validate(self, cfg: Config) -> None: ...
@@ -294,6 +299,9 @@ class BenchmarkBase:
     judge_metrics: tuple[str, ...] = ()
     # Primary metrics where less is better (the report's headline and leaderboards rank by them).
     lower_is_better: tuple[str, ...] = ()
+    # The range a per-episode metric lies in, where it is not [0, 1] (a percentage, a 1-5 scale):
+    # anytime-valid intervals and racing (engine/scoring/anytime.py) need bounded values.
+    metric_bounds: dict[str, tuple[float, float]] = {}
     metric_order: tuple[str, ...] = ()
     # Version of the agent's prompt text (engine.scoring.judges.source_version of its prompts module):
     # part of every episode id, so a prompt edit never mixes into a configuration's results.

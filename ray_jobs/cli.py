@@ -111,6 +111,18 @@ def _run_dir_commands(sub: Any) -> None:
 
 
 def _other_commands(sub: Any) -> None:
+    rr = sub.add_parser("race-replay", help="replay racing over completed run dirs under random task orders: "
+                        "top-1 / top-3 agreement and episodes saved",
+                        description="What racing (engine/scoring/racing.py) would have decided on completed run "
+                                    "dirs (every configuration x every task), under random task orders.")
+    rr.add_argument("run_dirs", nargs="+", help="completed run dirs (every configuration x every task)")
+    rr.add_argument("--metric", help="the metric raced on (default: the benchmark's first primary metric)")
+    rr.add_argument("--judge", help="the judge view (its id, a prefix or its model name) for judged metrics")
+    rr.add_argument("--orders", type=int, default=1000, help="random task orders to replay (default 1000)")
+    rr.add_argument("--alpha", type=float, default=0.05, help="error level of the race (default 0.05)")
+    rr.add_argument("--min-tasks", type=int, default=10, help="no decision before this many tasks (default 10)")
+    rr.add_argument("--seed", type=int, default=0, help="seed of the random orders")
+
     cv = sub.add_parser("convert-realtimeqa", help="RealTimeQA dumps -> a newsagent dataset folder", add_help=False)
     cv.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -252,6 +264,10 @@ def _dispatch(a: argparse.Namespace) -> int:
             return doctor(a.overrides, probe=not a.no_probe, say=lambda line: sys.stdout.write(line + "\n"))
         except DoctorError as e:
             raise CliError(str(e)) from e
+    if cmd == "race-replay":
+        from ray_jobs.race_replay import run as race_replay
+
+        return race_replay(a)
     if cmd == "convert-realtimeqa":
         from engine.benchmarks.newsagent import realtimeqa
 

@@ -33,6 +33,7 @@ from engine.budget.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.config import Config, replica_count, to_plain, validate
 from engine.runtime.progress import table
 from engine.storage import EpisodeStore
+from ray_jobs.run.planning import plan
 from ray_jobs.sizing import Rate, measured_rate, size_by_work
 
 PILOT_DIR = "_pilot"
@@ -166,7 +167,6 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "",
     """The projection from the pilot run dir (the pilot must have run). ``nodes``: what each node
     of the cluster has (``model.replicas: auto`` is priced as the replicas the plan would start
     there, from the pilot's replica-seconds per episode)."""
-    from ray_jobs.run.planning import plan
 
     bench = get_benchmark(cfg.benchmark.name)
     full, pilot = plan(cfg), plan(pilot_cfg)
