@@ -13,7 +13,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from engine.benchmarks import extra_conf_dirs, get_benchmark, runnable_benchmarks
-from engine.config import ClusterConfig, Config, IndexConfig, JudgeConfig, ModelConfig, PairwiseConfig, RunConfig
+from engine.config import (
+    ClusterConfig,
+    Config,
+    IndexConfig,
+    JudgeConfig,
+    ModelConfig,
+    PairwiseConfig,
+    RunConfig,
+    StopConfig,
+    SweepConfig,
+)
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 _registered = False
@@ -35,7 +45,7 @@ def register() -> None:
     cs.store(name="config_schema", node=Config)
     cs.store(name="pairwise_schema", node=PairwiseConfig)
     for group, node in (("model", ModelConfig), ("index", IndexConfig), ("cluster", ClusterConfig),
-                        ("run", RunConfig), ("judge", JudgeConfig)):
+                        ("run", RunConfig), ("judge", JudgeConfig), ("sweep", SweepConfig), ("stop", StopConfig)):
         cs.store(group=group, name=f"{group}_schema", node=node)
     if not OmegaConf.has_resolver("dateline_cache"):
         from engine.hosting.prepare_model import cache_dir

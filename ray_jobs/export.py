@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from engine.scoring import outcomes
 
 # metric-row columns that are counts of the plan (metrics) rather than values
-_COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_not_run")
+_COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_stopped_early", "n_not_run")
 
 
 def _records(run_dir: str) -> Iterator[dict[str, Any]]:

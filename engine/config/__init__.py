@@ -17,6 +17,8 @@ from engine.config.schema import (
     ModelConfig,
     PairwiseConfig,
     RunConfig,
+    StopConfig,
+    SweepConfig,
     engine_batch,
     index_replica_count,
     judge_model_config,
@@ -36,7 +38,8 @@ from engine.config.values import (
 
 __all__ = [
     "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "REDACTED", "SCORE_FAILURES", "BudgetConfig", "ClusterConfig",
-    "Config", "IndexConfig", "JudgeConfig", "ModelConfig", "PairwiseConfig", "RunConfig", "config_labels",
+    "Config", "IndexConfig", "JudgeConfig", "ModelConfig", "PairwiseConfig", "RunConfig", "StopConfig", "SweepConfig",
+    "config_labels",
     "engine_batch", "index_replica_count", "judge_model_config", "redact", "redact_url", "replica_count", "service_replica_count", "secret_values", "stable_hash",
     "to_plain", "validate", "validate_judge", "validate_model", "validate_pairwise",
 ]

@@ -286,6 +286,33 @@ class JudgeConfig:
 
 
 @dataclass
+class SweepConfig:
+    """``sweep=race|incumbent|halving``: stop the configurations of a sweep that cannot be what the
+    sweep is looking for (engine/scoring/racing.py; docs/design/adaptive.md). ``none``: every
+    configuration runs every task."""
+    strategy: str = "none"          # none | race | incumbent | halving
+    goal: str = "best"              # race: best | top:<k> | eps_best
+    epsilon: float = 0.0            # eps_best: within this of the best, in the metric's [0, 1] scale
+    alpha: float = 0.05             # the error level of every claim the sweep makes, split over its comparisons
+    min_tasks: int = 10             # no decision before this many tasks
+    check_every: int = 1            # a decision step every this many tasks
+    rungs: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])    # halving: fractions of the tasks
+    eta: float = 3.0                # halving: keep the best 1/eta at each rung
+    metric: str = ""                # what is raced on ("": the benchmark's first primary metric)
+
+
+@dataclass
+class StopConfig:
+    """``stop=anytime_valid``: each configuration's anytime-valid interval of its full-test-set
+    mean, and, with ``half_width`` set, it stops once the interval is that narrow."""
+    rule: str = "none"              # none | anytime_valid
+    half_width: float | None = None
+    alpha: float = 0.05
+    min_tasks: int = 10
+    metric: str = ""
+
+
+@dataclass
 class Config:
     benchmark: Any = None          # the benchmark group's schema (from its folder)
     agent: Any = None              # the agent group's schema
@@ -294,6 +321,8 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
 
 
 @dataclass

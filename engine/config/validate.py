@@ -157,9 +157,44 @@ def validate_judge(j: JudgeConfig, pairwise: bool = False) -> None:
     _non_negative(j.price_output_per_mtok, "judge.price_output_per_mtok")
 
 
+def validate_adaptive(cfg: Config) -> None:
+    """``sweep`` and ``stop`` (engine/scoring/racing.py): one at a time, a known strategy, an error
+    level in (0, 1), and the random task order they need."""
+    sw, st = cfg.sweep, cfg.stop
+    _check(sw.strategy in ("none", "race", "incumbent", "halving"), "sweep.strategy",
+           f"must be none, race, incumbent or halving, got {sw.strategy!r}")
+    _check(st.rule in ("none", "anytime_valid"), "stop.rule", f"must be none or anytime_valid, got {st.rule!r}")
+    if sw.strategy == "none" and st.rule == "none":
+        return
+    _check(sw.strategy == "none" or st.rule == "none", "stop.rule",
+           "a sweep strategy and a precision stop cannot be combined: choose sweep=... or stop=anytime_valid")
+    _check(cfg.run.order == "random", "run.order", "an adaptive rule needs the random task order (run.order=random): "
+           "stopping on the file's first tasks is the bias it exists to avoid")
+    _check(cfg.run.score_failures == "as_wrong", "run.score_failures",
+           "an adaptive rule needs run.score_failures=as_wrong (a task's value must exist when its episode failed)")
+    where = "sweep" if sw.strategy != "none" else "stop"
+    a = sw.alpha if where == "sweep" else st.alpha
+    _check(_finite(a) and 0 < a < 1, f"{where}.alpha", f"must be in (0, 1), got {a!r}")
+    _check((sw.min_tasks if where == "sweep" else st.min_tasks) >= 1, f"{where}.min_tasks", "must be >= 1")
+    if where == "sweep":
+        _check(sw.check_every >= 1, "sweep.check_every", "must be >= 1")
+        _check(sw.goal in ("best", "eps_best") or (sw.goal.startswith("top:") and sw.goal[4:].isdigit()
+                                                   and int(sw.goal[4:]) >= 1),
+               "sweep.goal", f"must be best, eps_best or top:<k> (k >= 1), got {sw.goal!r}")
+        _check(sw.goal != "eps_best" or (_finite(sw.epsilon) and sw.epsilon > 0), "sweep.epsilon",
+               "sweep.goal=eps_best needs sweep.epsilon > 0 (in the metric's [0, 1] scale)")
+        _check(sw.strategy != "halving" or (bool(sw.rungs) and list(sw.rungs) == sorted(sw.rungs)
+                                            and sw.rungs[-1] == 1.0 and sw.rungs[0] > 0 and sw.eta > 1),
+               "sweep.rungs", "halving needs rungs increasing in (0, 1] ending at 1.0, and sweep.eta > 1")
+    else:
+        _check(st.half_width is None or (_finite(st.half_width) and st.half_width > 0), "stop.half_width",
+               f"must be > 0 or null, got {st.half_width!r}")
+
+
 def validate(cfg: Config) -> None:
     """Checks a type cannot express. Raises ConfigError naming the field."""
     validate_model(cfg.model, "model")
+    validate_adaptive(cfg)
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")
     _check(i.embed_batch_size >= 1, "index.embed_batch_size", "must be >= 1")

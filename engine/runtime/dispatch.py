@@ -78,6 +78,8 @@ class WorkerSetup:
 
 # status of an episode stopped by run.budget (its own calls refused, or never started)
 BUDGET_EXHAUSTED = "budget_exhausted"
+# status of an episode an adaptive rule never started (its configuration was stopped: engine/scoring/racing.py)
+STOPPED_EARLY = "stopped_early"
 
 
 def _utc(ts: float) -> dt.datetime:

@@ -7,6 +7,9 @@ episode has one outcome:
 * ``scored``: it finished with a result of its own (status ``ok``);
 * ``error``: it failed (retries exhausted, a bug, a lost worker);
 * ``budget_stopped``: ``run.budget`` stopped it, or it never started because the budget was spent;
+* ``stopped_early``: an adaptive rule (``sweep=race``, ``stop=anytime_valid``: engine/scoring/racing.py)
+  stopped its configuration before it started; it counts in no mean under either policy, and the
+  configuration is reported by its confidence sequence (``adaptive.json``), never by a bare mean;
 * ``not_run``: it has no row at all (a run cut short, stopped at ``run.max_failures``, or not
   run yet).
 
@@ -53,7 +56,8 @@ from engine.identity import dataset_key as dataset_key  # decided there; re-expo
 from engine.protocol import MetricRow, Row
 
 SCORED, ERROR, BUDGET_STOPPED, NOT_RUN = "scored", "error", "budget_stopped", "not_run"
-OUTCOMES = (SCORED, ERROR, BUDGET_STOPPED, NOT_RUN)
+STOPPED_EARLY = "stopped_early"
+OUTCOMES = (SCORED, ERROR, BUDGET_STOPPED, STOPPED_EARLY, NOT_RUN)
 POLICIES = ("as_wrong", "exclude")
 ALL, COMMON = "all", "common"
 
@@ -67,6 +71,8 @@ def outcome(row: Row | None) -> str:
         return SCORED
     if status == "budget_exhausted":
         return BUDGET_STOPPED
+    if status == "stopped_early":
+        return STOPPED_EARLY
     return ERROR
 
 
@@ -93,6 +99,7 @@ class Counts:
     n_not_run: int
     n_outside_plan: int = 0          # stored episodes the plan leaves out (in no mean)
     n_judged: int | None = None      # scored planned episodes the view's judge saw (None: no judge)
+    n_stopped_early: int = 0         # never started: an adaptive rule stopped the configuration (in no mean)
 
     @property
     def incomplete(self) -> bool:
@@ -110,12 +117,14 @@ class Counts:
     def columns(self) -> dict[str, Any]:
         return {"n_planned": self.n_planned, "n_scored": self.n_scored, "n_error": self.n_error,
                 "n_budget_stopped": self.n_budget_stopped, "n_not_run": self.n_not_run,
-                "incomplete": self.incomplete, "n_outside_plan": self.n_outside_plan, "n_judged": self.n_judged}
+                "incomplete": self.incomplete, "n_outside_plan": self.n_outside_plan, "n_judged": self.n_judged,
+                "n_stopped_early": self.n_stopped_early}
 
     def describe(self) -> str:
         """``"4 of 6 scored (1 error, 1 budget-stopped)"`` / ``"6 of 6 scored"``."""
         parts = [f"{n} {what}" for n, what in ((self.n_error, "error" if self.n_error == 1 else "errors"),
                                               (self.n_budget_stopped, "budget-stopped"),
+                                              (self.n_stopped_early, "stopped early"),
                                               (self.n_not_run, "not run")) if n]
         return f"{self.n_scored} of {self.n_planned} scored" + (f" ({', '.join(parts)})" if parts else "")
 
@@ -128,7 +137,8 @@ class Counts:
             return int(r[k]) if r.get(k) is not None else d
         judged = r.get("n_judged")
         return Counts(get("n_planned", n), get("n_scored", n), get("n_error", 0), get("n_budget_stopped", 0),
-                      get("n_not_run", 0), get("n_outside_plan", 0), int(judged) if judged is not None else None)
+                      get("n_not_run", 0), get("n_outside_plan", 0), int(judged) if judged is not None else None,
+                      get("n_stopped_early", 0))
 
 
 INCOMPLETE = "incomplete"
@@ -141,8 +151,8 @@ UNGRADED = ("ungraded: name a judge (judge=openai_compatible judge.base_url=... 
 def error_kind(row: Mapping[str, Any]) -> str:
     """What kind of failure an unscored episode is, for grouping: ``budget_exhausted``, or the
     error's exception types (``GenerationError: InternalServerError``)."""
-    if row.get("status") == "budget_exhausted":
-        return "budget_exhausted"
+    if row.get("status") in ("budget_exhausted", "stopped_early"):
+        return str(row["status"])
     first = str(row.get("error") or "").splitlines()[0] if row.get("error") else ""
     if "ReplicaUnavailable: " in first:           # the pool's cause: "ReplicaUnavailable: replica restarting: wedged"
         return "ReplicaUnavailable: " + first.split("ReplicaUnavailable: ", 1)[1].split(" | ", 1)[0][:120]
@@ -231,7 +241,8 @@ def count(rows: Sequence[Row], planned: Sequence[Planned] | None) -> Counts:
         seen += r is not None and outcome(r) == SCORED and not r.get("unseen")
     outside = len(by.keys() - {p.episode_id for p in plan}) if planned is not None else 0
     judged = any(r.get("judge") for r in rows)
-    return Counts(len(plan), n[SCORED], n[ERROR], n[BUDGET_STOPPED], n[NOT_RUN], outside, seen if judged else None)
+    return Counts(len(plan), n[SCORED], n[ERROR], n[BUDGET_STOPPED], n[NOT_RUN], outside, seen if judged else None,
+                  n[STOPPED_EARLY])
 
 
 def mark_unseen(bench: Any, rows: Sequence[Row]) -> None:
@@ -281,7 +292,7 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
         if o == SCORED:
             seen = judged and not by[p.episode_id].get("unseen")
             vals = {k: float(v) for k, v in next(own).items() if seen or k not in judge_only}
-        elif policy == "exclude":
+        elif policy == "exclude" or o == STOPPED_EARLY:      # stopped by a decision, not a failure: in no mean
             vals = {}
         else:
             vals = {m: float(v) for m, v in p.failure_values(bench).items() if judged or m not in judge_only}

@@ -101,6 +101,7 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     pa.field("incomplete", pa.bool_()),      # some planned episode has no scored result
     pa.field("n_outside_plan", pa.int64()),  # stored episodes the plan leaves out (an earlier run planned more)
     pa.field("n_judged", pa.int64()),        # scored planned episodes the row's judge saw (null: no judge)
+    pa.field("n_stopped_early", pa.int64()),  # planned episodes an adaptive rule never started (in no mean)
     pa.field("score_failures", pa.string()), # as_wrong | exclude (run.score_failures)
     pa.field("scope", pa.string()),          # all (the configuration's plan) | common (tasks every compared config finished)
     pa.field("task_set", pa.string()),       # hash of the planned (task, seed) set

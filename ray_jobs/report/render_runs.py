@@ -40,12 +40,14 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
         for g in s.groups:          # the link counts what the index it opens lists
             href, n = write_pages(page.out, store, _gb(s.name), g.config_hash, g.label, episodes, s.root)
             links[g.config_hash] = Link(f"{n} episodes", href)
-    page.table(["configuration", "config hash", "planned", "scored", "error", "budget-stopped", "not run", "tasks",
-                "task set", "failures count as", "status", "transcripts"],
-               [[g.label, g.config_hash, c.n_planned, c.n_scored, c.n_error, c.n_budget_stopped, c.n_not_run,
+    page.table(["configuration", "config hash", "planned", "scored", "error", "budget-stopped", "stopped early",
+                "not run", "tasks", "task set", "failures count as", "status", "transcripts"],
+               [[g.label, g.config_hash, c.n_planned, c.n_scored, c.n_error, c.n_budget_stopped, c.n_stopped_early,
+                 c.n_not_run,
                  len({p.task_id for p in outcomes.plan_of(g.rows, g.planned)}), g.task_set,
                  "wrong" if g.policy == "as_wrong" else "excluded",
-                 "INCOMPLETE" if c.incomplete else "complete", links.get(g.config_hash, "-")]
+                 "STOPPED EARLY" if c.n_stopped_early else "INCOMPLETE" if c.incomplete else "complete",
+                 links.get(g.config_hash, "-")]
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
     bench = get_benchmark(s.name)
     for g in s.groups:

@@ -18,7 +18,7 @@ from engine.config import (
 )
 from engine.errors import WorkerStartError
 from engine.hosting.events import ReplicaEvents
-from engine.runtime.dispatch import WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
+from engine.runtime.dispatch import STOPPED_EARLY, WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
 from engine.runtime.progress import Progress
 from engine.runtime.replicas import gather_stats
 from engine.runtime.writer import StoreWriter
@@ -110,6 +110,13 @@ class DispatchLoop:
         self.writer = StoreWriter(min(p.cfg.run.flush_interval_s for p in by_key.values()),
                                   flush_bytes=min(p.cfg.run.flush_bytes for p in by_key.values()),
                                   on_written=self.written if self.judged else None)
+        # an adaptive rule (ray_jobs/run/adaptive.py): paused points' episodes wait here, off the queue
+        self.racer = next((p.racer for p in by_key.values() if p.racer is not None), None)
+        self.held: dict[str, list[EpisodeSpec]] = defaultdict(list)
+        self.last_adapt = 0.0
+        if self.racer is not None:
+            for key in [k for k in self.racer.race.stopped if k in by_key]:     # stopped before (a resumed run)
+                self._stopped(key, next(d.reason for d in self.racer.race.decisions if d.config == key))
 
     def _start_group(self, g: str, pts: list[Point]) -> None:
         """The workers of model group ``g`` (sized for its pool) and its queue of episodes."""
@@ -165,13 +172,81 @@ class DispatchLoop:
 
     def submit(self, g: str, w: int) -> None:
         if self.queues[g] and (g, w) not in self.reviving.values() and not stopping.requested():
-            spec = self.queues[g].popleft()
+            spec = self._next(g)
+            if spec is None:
+                return
             self.attempts[spec.episode_id] += 1
+            if self.racer is not None:
+                self.racer.dispatched(spec.point, spec.task_id)
             self.busy[(g, w)] += 1
             self.pending[self.workers[g][w].run.remote(spec)] = (g, w, spec)
 
+    def _next(self, g: str) -> EpisodeSpec | None:
+        """The next episode of group ``g`` to dispatch: a paused point's are held aside."""
+        q = self.queues[g]
+        while q:
+            spec = q.popleft()
+            if self.racer is None or self.racer.race.wants(spec.point) or spec.point not in self.racer.points:
+                return spec
+            self.held[spec.point].append(spec)
+        return None
+
+    def _adapt(self, force: bool = False) -> None:
+        """The adaptive rule's decisions on what is stored so far (at most once a second): stopped
+        points' queued episodes are stored as ``stopped_early``; paused points' episodes wait
+        aside; resumed ones go back to the front of their queue, and idle workers take them."""
+        if self.racer is None or (not force and time.monotonic() - self.last_adapt < 1.0):
+            return
+        self.last_adapt = time.monotonic()
+        new, _paused, resumed = self.racer.step()
+        for d in new:
+            if d.config in self.by_key:
+                self._stopped(d.config, d.reason)
+        for key in resumed:
+            self._resume(key)
+        if not self.pending and self.held:        # nothing in flight can settle a pause: never strand episodes
+            for key in list(self.held):
+                log.warning("adaptive: %s resumed (nothing in flight to decide its pause)", key[:8])
+                self._resume(key)
+
+    def _resume(self, key: str) -> None:
+        specs = self.held.pop(key, [])
+        if not specs:
+            return
+        p = self.by_key[key]
+        g = Session.key(p.cfg.model) if p.uses_model else "none"
+        self.queues[g].extendleft(reversed(specs))
+        for w in range(len(self.workers[g])):
+            while self.busy[(g, w)] < p.cfg.cluster.episodes_per_worker and self.queues[g] \
+                    and (g, w) not in self.reviving.values():
+                before = len(self.pending)
+                self.submit(g, w)
+                if len(self.pending) == before:
+                    break
+
+    def _stopped(self, key: str, why: str) -> None:
+        """Point ``key`` was stopped by the adaptive rule: its queued and held episodes are stored
+        as ``stopped_early`` (once: a resumed run finds them stored), none is dispatched again."""
+        p = self.by_key[key]
+        g = Session.key(p.cfg.model) if p.uses_model else "none"
+        self.queues[g].extendleft(reversed(self.held.pop(key, [])))
+        stored = p.store.finished_ids(config_hash=p.plan.config_hash, statuses=(STOPPED_EARLY,))
+        q = self.queues[g]
+        gone = [s for s in q if s.point == key]
+        self.queues[g] = deque(s for s in q if s.point != key)
+        fresh = [s for s in gone if s.episode_id not in stored]
+        assert p.setup is not None
+        for row in [unstarted_row(p.setup, s, STOPPED_EARLY, f"StoppedEarly: {why}") for s in fresh]:
+            self.bufs[key][0].append(row)
+            self.stored.add(row["episode_id"])
+            self.progress.update(row, model=g != "none")
+        self.progress.total -= len(gone) - len(fresh)     # stored as stopped before: not this run's
+        if g != "none":
+            self.progress.model_total -= len(gone) - len(fresh)
+
     def drop(self, g: str, point: str, why: str, status: str | None) -> None:
         """Take a point's episodes off its queue (budget or failure cap): stored as never started."""
+        self.queues[g].extend(self.held.pop(point, []))
         q = self.queues[g]
         gone = [s for s in q if s.point == point]
         self.queues[g] = deque(s for s in q if s.point != point)
@@ -263,6 +338,7 @@ class DispatchLoop:
                 t_work = time.monotonic()
                 for ref in ready:
                     self._collect(ref)
+                self._adapt(force=not self.pending)
                 self.flush()              # a hand-off: the writer flushes by size or run.flush_interval_s
                 if time.monotonic() - last_poll >= 5.0:
                     self._poll_live()
@@ -398,6 +474,8 @@ class DispatchLoop:
         st["tokens_in"] += row["tokens_in"]
         st["tokens_out"] += row["tokens_out"]
         st["failures"] += row["status"] == "error"          # a budget stop is not a failure
+        if self.racer is not None and p.key in self.racer.points:
+            self.racer.take(p.key, row)
         mf = p.cfg.run.max_failures
         if mf and st["failures"] >= mf and any(s.point == p.key for s in self.queues[g]):
             log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",

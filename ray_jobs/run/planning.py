@@ -189,6 +189,7 @@ class Point:
     setup: WorkerSetup | None = None
     index: Any = None            # its index actor and service actors (while generating)
     services: dict[str, Any] = field(default_factory=dict)
+    racer: Any = None            # the sweep's adaptive race, when a rule is on (ray_jobs/run/adaptive.py)
 
 
 def _failure_json(bench: Benchmark[Any], task: Any) -> str:

@@ -30,7 +30,7 @@ def failures(p: Point) -> dict[str, Any]:
                             filter=pc.field("status") != "ok").to_pylist()
     kinds: dict[str, dict[str, Any]] = {}
     for r in rows:
-        if r["episode_id"] not in planned:
+        if r["episode_id"] not in planned or r["status"] == "stopped_early":    # a decision, not a failure
             continue
         k = kinds.setdefault(outcomes.error_kind(r), {"count": 0, "status": r["status"], "example": "", "task": ""})
         k["count"] += 1

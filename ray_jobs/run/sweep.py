@@ -18,6 +18,7 @@ from engine.config import (
 from engine.scoring import metric_table
 from ray_jobs import provenance
 from ray_jobs.budget import SweepLedger, check_sweep_budgets, sweep_ledger
+from ray_jobs.run.adaptive import Racer
 from ray_jobs.run.planning import Point, open_point, plan_point, run_dir
 from ray_jobs.run.results import failure_summary, failures, summary
 from ray_jobs.run.waves import run_waves
@@ -51,6 +52,7 @@ def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[st
     session = session or Session()
     t0 = time.time()
     points, order, ledger = _plan_sweep(cfgs)                              # planning.py
+    racer = Racer.start(list(points.values()))                             # adaptive.py (None: no rule)
     work = [p for p in points.values() if p.generate or p.judge]
     models = {Session.key(m): m for p in points.values()
               for m in (p.cfg.model, p.cfg.judge.hosted_model) if m is not None}
@@ -61,6 +63,8 @@ def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[st
         if own:
             session.close()
     _record_ledger(points, ledger)
+    if racer is not None:
+        racer.write()
     prov = _write_provenance(points, cfgs, command, t0)
     reduced = _reduce(points)                                              # results.py
     for p in points.values():
@@ -140,6 +144,11 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     out.write(summary(reduced, p.plan.config_hash) + "\n")
     for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
         out.write(f"**{w}**\n")
+    if (ad := info.get("adaptive")) is not None:
+        lo, hi = ad["interval"]
+        out.write(f"adaptive: {ad['state'].replace('_', ' ')} after {ad['tasks_admitted']} tasks; "
+                  f"{100 * ad['interval_level']:.0f}% anytime-valid interval of the full-set {info.get('adaptive_metric', '')}"
+                  f"mean [{lo:.3f}, {hi:.3f}]{(': ' + ad['reason']) if ad['reason'] else ''}\n{ad['wording']}\n")
     f = info["failures"]
     if f["kinds"] or f["not_run"] or f["set_aside"]:
         out.write(failure_summary(f) + "\n")

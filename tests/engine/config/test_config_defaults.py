@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from engine.benchmarks import get_benchmark
-from engine.config import ClusterConfig, IndexConfig, JudgeConfig, ModelConfig, RunConfig
+from engine.config import ClusterConfig, IndexConfig, JudgeConfig, ModelConfig, RunConfig, StopConfig, SweepConfig
 from ray_jobs.configs import compose
 from tests.conftest import REPO
 
 GROUPS: dict[str, type] = {"model": ModelConfig, "index": IndexConfig, "cluster": ClusterConfig, "run": RunConfig,
-                           "judge": JudgeConfig}
+                           "judge": JudgeConfig, "sweep": SweepConfig, "stop": StopConfig}
 FILES = sorted((REPO / "conf").glob("*/*.yaml"))
 
 

@@ -104,7 +104,9 @@ def test_a_fixed_n_interval_checked_every_task_is_caught():
     x = _orders(pop, r, seed=5)
     t = np.arange(1, n + 1)
     mean = np.cumsum(x, axis=1) / t
-    hw = np.array([[fixed_n_half_width(row[:k], n, ALPHA) if k >= 2 else 1.0 for k in t] for row in x[:, :]])
+    sd = np.sqrt(np.maximum(np.cumsum(x * x, axis=1) / t - mean ** 2, 0) * t / np.maximum(t - 1, 1))
+    hw = 1.959964 * sd / np.sqrt(t) * np.sqrt(np.maximum(n - t, 0) / (n - 1))   # fixed_n_half_width, every t
+    assert math.isclose(hw[0, 99], fixed_n_half_width(x[0, :100], n, ALPHA), rel_tol=1e-5)
     misses = ((mean - hw > pop.mean() + 1e-12) | (mean + hw < pop.mean() - 1e-12))[:, 9:].any(axis=1).sum()
     assert misses > _limit(r), misses
 

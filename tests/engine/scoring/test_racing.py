@@ -114,10 +114,10 @@ def test_completion_order_is_never_admitted():
     admitted completions would fail here."""
     rng = np.random.default_rng(7)
     d = Design(strategy="anytime_valid", half_width=0.07, alpha=0.05)
-    runs = 120
+    runs = 80
     miss = naive_miss = 0
     for _ in range(runs):
-        pop = (rng.random(1000) < rng.uniform(0.3, 0.7)).astype(float)
+        pop = (rng.random(800) < rng.uniform(0.3, 0.7)).astype(float)
         r = out_of_order(rng, pop, d)
         mu = pop.mean()
         miss += not (r.lo - 1e-12 <= mu <= r.hi + 1e-12)

@@ -1,0 +1,97 @@
+"""Issue 34, end to end through the real driver (Hydra config, Ray, episode workers, Parquet): a
+``sweep=race`` over two configurations of livenews, one scripted to answer every question right
+and one to answer every one wrong, raced on ``answer_contains_gold`` (a metric every episode has
+when it is stored) over the bundled sample's 12 questions in the run's random order.
+
+* the losing configuration is stopped early: its never-started episodes are stored with status
+  ``stopped_early``, counted in every metric row (``n_stopped_early``) and in no mean, and the
+  decision is logged in ``adaptive.json`` with its bounds and reason; the winner runs all 12;
+* the summary carries the wording and each configuration's interval;
+* the same command again re-derives the decisions from the store (the log is unchanged, no
+  episode is run or stored twice); the same run dir under another alpha is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from engine.benchmarks.livenews import BENCHMARK as LIVE
+from engine.errors import ConfigError
+from engine.storage import EpisodeStore
+from ray_jobs.configs import compose
+from tests.e2e.test_what_a_number_means import FINISH, live_cfg, sweep
+from tests.fake_openai import FakeOpenAI
+
+pytestmark = pytest.mark.ray
+
+
+def _golds() -> dict[str, str]:
+    tasks = LIVE.load_tasks(compose(["benchmark=livenews", "agent=livenews", "run.order=data"]))
+    return {t.question.question: t.question.answer for t in tasks}
+
+
+def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
+    golds = _golds()
+
+    def model(messages, req):
+        text = "\n".join(str(m["content"]) for m in messages)
+        gold = next(a for q, a in golds.items() if q in text)
+        return FINISH.format(gold if req.get("model") == "good" else "no idea")
+
+    run = tmp_path / "run"
+    race = ["sweep=race", "sweep.min_tasks=4", "sweep.metric=answer_contains_gold", "cluster.num_workers=1", "cluster.episodes_per_worker=1"]
+    with FakeOpenAI(model, delay_s=0.25) as srv:
+        cfgs = [live_cfg(srv.base_url, run, f"model.name={name}", *race) for name in ("good", "bad")]
+        infos = sweep(cfgs)
+        out = capsys.readouterr().out
+
+        ad = json.loads((run / "adaptive.json").read_text())
+        good, bad = (i["config_hash"] for i in infos)
+        assert ad["design"]["strategy"] == "race" and ad["metric"] == "answer_contains_gold" and ad["n_tasks"] == 12
+        assert ad["order"]["order"] == "random"
+        [d] = ad["decisions"]
+        assert d["config"] == bad and d["by"] == good and d["action"] == "stopped_early" and d["lo"] > 0
+        assert d["reason"].startswith(f"eliminated by {good}: CS({good} - {bad}) = [") and "at t = " in d["reason"]
+        assert "FAILURES" not in out                     # a decision, not a failure
+        assert ad["configurations"][good]["state"] == "complete"
+        assert ad["configurations"][bad]["state"] == "stopped_early"
+        assert "stopped early by an anytime-valid rule" in ad["wording"]
+
+        eps = EpisodeStore(run).episodes(["config_hash", "status", "task_id"]).to_pylist()
+        mine = [e for e in eps if e["config_hash"] == bad]
+        stopped = [e for e in mine if e["status"] == "stopped_early"]
+        assert stopped and len(mine) == 12 and all(e["status"] in ("ok", "stopped_early") for e in mine)
+        assert sum(e["config_hash"] == good and e["status"] == "ok" for e in eps) == 12
+        assert "adaptive: stopped early after" in out and "anytime-valid interval" in out
+        assert re.search(r"1 of 2 configurations were stopped early", out)
+
+        from engine.scoring import metric_table
+        rows = [r for r in metric_table.refresh(EpisodeStore(run)) if r["config_hash"] == bad
+                and r["metric"] == "answer_contains_gold"]
+        assert rows and rows[0]["n_stopped_early"] == len(stopped) and rows[0]["value"] == 0.0
+
+        # the same command: decisions re-derived from the store, nothing run or stored again
+        n_rows = len(eps)
+        sweep([live_cfg(srv.base_url, run, f"model.name={name}", *race) for name in ("good", "bad")])
+        again = json.loads((run / "adaptive.json").read_text())
+        assert [(x["t"], x["config"], x["action"]) for x in again["decisions"]] == [(d["t"], d["config"], d["action"])]
+        assert len(EpisodeStore(run).episodes(["episode_id"]).to_pylist()) == n_rows
+
+        # another design on the same run dir is refused, naming the file
+        with pytest.raises(ConfigError, match="adaptive.json: this run dir's adaptive decisions were made under"):
+            sweep([live_cfg(srv.base_url, run, f"model.name={name}", *race, "sweep.alpha=0.1")
+                   for name in ("good", "bad")])
+
+
+def test_an_adaptive_rule_refuses_the_files_order():
+    from engine.config import validate
+
+    with pytest.raises(ConfigError, match="run.order: an adaptive rule needs the random task order"):
+        validate(compose(["sweep=race", "run.order=data"]))
+    with pytest.raises(ConfigError, match="sweep.epsilon"):
+        validate(compose(["sweep=race", "sweep.goal=eps_best"]))
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        validate(compose(["sweep=race", "stop=anytime_valid"]))
