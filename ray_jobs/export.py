@@ -64,6 +64,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         names = config_labels([(r["model"], json.loads(r["agent"] or "{}") | {
             k: v for k, v in json.loads(r["data"] or "{}").items() if k != "limit"}, h) for h, r in items.items()])
         labels |= {(bench, h): n for h, n in zip(items, names)}
+    adaptive = store.read_json("adaptive.json") or {}                   # an adaptive run's decisions (ray_jobs/run/adaptive.py)
     episodes: dict[tuple[str, str], list[str]] = defaultdict(list)      # (benchmark, config) -> its episode ids
     for e in store.episodes(["episode_id", "config_hash", "benchmark"]).to_pylist():
         episodes[(e["benchmark"], e["config_hash"])].append(e["episode_id"])
@@ -84,7 +85,22 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         if c.n_judged is not None:
             metrics["n_judged"] = float(c.n_judged)
         interval: dict[str, str] = {}
+        ad = (adaptive.get("configurations") or {}).get(h) if adaptive.get("benchmark") == bench else None
+        if ad is not None:
+            m = adaptive["metric"]
+            metrics[f"adaptive.{m}.lo"], metrics[f"adaptive.{m}.hi"] = (float(x) for x in ad["interval"])
+            metrics["adaptive.tasks_admitted"] = float(ad["tasks_admitted"])
+            params |= {"adaptive.strategy": adaptive["design"]["strategy"], "adaptive.goal": adaptive["design"]["goal"],
+                       "adaptive.alpha": adaptive["design"]["alpha"], "adaptive.design_hash": adaptive["design_hash"]}
+            interval["dateline.adaptive_state"] = ad["state"]
+            interval["dateline.adaptive_wording"] = adaptive["wording"]
+            if ad["reason"]:
+                interval["dateline.adaptive_reason"] = ad["reason"][:4000]
+            if ad["state"] == "stopped_early":
+                marks.append(outcomes.STOPPED_EARLY_MARK)
         for r in rs:
+            if ad is not None and ad["state"] == "stopped_early":
+                break                   # never a bare mean after adaptive stopping: the interval above instead
             prefix = "" if (r["scope"] or outcomes.ALL) == outcomes.ALL else "common."
             if r["value"] is None or (isinstance(r["value"], float) and math.isnan(r["value"])):
                 continue

@@ -172,6 +172,8 @@ def n_cell(row: Mapping[str, Any]) -> str:
     and when its judge saw only some: ``"6/6 PARTIALLY JUDGED (4 judged)"``."""
     c = Counts.of_row(row)
     judged = f" {PARTIALLY_JUDGED} ({c.n_judged} judged)" if c.partially_judged else ""
+    if c.n_stopped_early:
+        return f"{c.n_scored}/{c.n_planned} {STOPPED_EARLY_MARK} (see its anytime-valid interval){judged}"
     if not c.incomplete:
         return f"{c.n_scored}/{c.n_planned}{judged}"
     why = c.describe().partition(" scored")[2].strip()
@@ -179,6 +181,10 @@ def n_cell(row: Mapping[str, Any]) -> str:
 
 
 PARTIALLY_JUDGED = "PARTIALLY JUDGED"
+STOPPED_EARLY_MARK = "STOPPED EARLY"
+STOPPED_EARLY_NOTE = ("an adaptive rule stopped this configuration; the means of the tasks it ran are biased after "
+                      "adaptive stopping (Shin et al. 2019) and are not its score: read its anytime-valid interval of "
+                      "the full-set mean (adaptive.json, the run summary, the report)")
 
 
 def outside_note(n: int) -> str:

@@ -7,6 +7,7 @@ import math
 from engine.benchmarks import get_benchmark
 from engine.scoring import outcomes, stats
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
+from engine.storage import EpisodeStore
 from ray_jobs.report import plots
 from ray_jobs.report.compute_runs import (
     BenchmarkSection,
@@ -30,10 +31,10 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
               "that was planned and has no scored result (an error, a budget stop, one never run) counts as its "
               "benchmark's failure value under run.score_failures=as_wrong, or is left out under exclude "
               "(docs/design/what-a-number-means.md).")
+    _adaptive(page, s)
     links: dict[str, Cell] = {}
     if episodes > 0:
         from engine.benchmarks import get_benchmark as _gb
-        from engine.storage import EpisodeStore
         from ray_jobs.report.episodes import write_pages
 
         store = EpisodeStore(s.root, _gb(s.name).episode_fields)
@@ -229,3 +230,22 @@ def render_cross_runs(page: Page, s: CrossRunSection) -> None:
         if b.judge:
             page.heading(f"Judge {b.judge}", 3)
         render_block(page, s.name, b, 4 if b.judge else 3)
+
+
+def _adaptive(page: Page, s: BenchmarkSection) -> None:
+    """An adaptive run's decisions (``adaptive.json``, ray_jobs/run/adaptive.py): the wording every
+    output carries, and each configuration's state and anytime-valid interval, the stopped ones
+    by their interval only (a sample mean after adaptive stopping is biased)."""
+    ad = EpisodeStore(s.root).read_json("adaptive.json")
+    if not ad or ad.get("benchmark") != s.name:
+        return
+    d = ad["design"]
+    page.heading(f"Adaptive evaluation ({d['strategy']}{', goal ' + d['goal'] if d['strategy'] == 'race' else ''})", 3)
+    page.para(ad["wording"] + f" Raced on {ad['metric']}; task order {ad['order']['order']} (seed "
+              f"{ad['order']['seed']}, order hash {ad['order']['order_hash']}); design hash {ad['design_hash']}.")
+    labels = {g.config_hash: g.label for g in s.groups}
+    page.table(["configuration", "config hash", "state", "tasks admitted", f"{ad['metric']}: interval of the full-set mean",
+                "decision"],
+               [[labels.get(h, h[:8]), h, c["state"].replace("_", " "), c["tasks_admitted"],
+                 f"[{c['interval'][0]:.3f}, {c['interval'][1]:.3f}] ({100 * c['interval_level']:.0f}%, anytime-valid)",
+                 c["reason"] or "-"] for h, c in sorted(ad["configurations"].items())])

@@ -135,5 +135,8 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
         if not j and these[0].get("note"):
             out.append(str(these[0]["note"]))
         out += outcomes.count_notes(these[0])
+        if c.n_stopped_early:           # never a bare mean after adaptive stopping: its interval is printed below
+            out.append(f"{outcomes.STOPPED_EARLY_MARK}: {outcomes.STOPPED_EARLY_NOTE}")
+            continue
         out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))
     return "\n".join(out)

@@ -6,7 +6,8 @@ when it is stored) over the bundled sample's 12 questions in the run's random or
 * the losing configuration is stopped early: its never-started episodes are stored with status
   ``stopped_early``, counted in every metric row (``n_stopped_early``) and in no mean, and the
   decision is logged in ``adaptive.json`` with its bounds and reason; the winner runs all 12;
-* the summary carries the wording and each configuration's interval;
+* the summary, the HTML report and the export records carry the wording and each configuration's
+  interval, and never the stopped configuration's bare mean;
 * the same command again re-derives the decisions from the store (the log is unchanged, no
   episode is run or stored twice); the same run dir under another alpha is refused.
 """
@@ -72,6 +73,21 @@ def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
         rows = [r for r in metric_table.refresh(EpisodeStore(run)) if r["config_hash"] == bad
                 and r["metric"] == "answer_contains_gold"]
         assert rows and rows[0]["n_stopped_early"] == len(stopped) and rows[0]["value"] == 0.0
+
+        # the report and the export carry the wording and the intervals, never the stopped one's bare mean
+        from ray_jobs.export import _records
+        from ray_jobs.report import build
+        build([run], tmp_path / "rep", n_boot=50)
+        html = (tmp_path / "rep" / "report.html").read_text()
+        assert "Adaptive evaluation (race, goal best)" in html and "1 of 2 configurations were stopped early" in html
+        assert "STOPPED EARLY" in html and "anytime-valid" in html
+        recs = {r["config_hash"]: r for r in _records(str(run))}
+        lost = recs[bad]
+        assert lost["tags"]["dateline.adaptive_state"] == "stopped_early" and "STOPPED EARLY" in lost["name"]
+        assert lost["metrics"]["adaptive.answer_contains_gold.hi"] < 0.5
+        assert "answer_contains_gold" not in lost["metrics"]          # no bare mean
+        assert recs[good]["metrics"]["answer_contains_gold"] == 1.0
+        assert "1 of 2 configurations were stopped early" in lost["tags"]["dateline.adaptive_wording"]
 
         # the same command: decisions re-derived from the store, nothing run or stored again
         n_rows = len(eps)
