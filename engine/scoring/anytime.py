@@ -68,20 +68,58 @@ def mean_cs(x: npt.ArrayLike, n_total: int, alpha: float) -> Sequence:
     ones in a uniformly random order. Any leading axes are independent sequences. ``x`` may be
     shorter than ``n_total``; it may not be longer."""
     xs = _checked(x, n_total, alpha)
-    t_len = xs.shape[-1]
-    if t_len == 0:
-        empty = np.zeros(xs.shape, dtype=np.float64)
-        return Sequence(empty, empty.copy())
-    lo = np.maximum.accumulate(np.maximum(_lower(xs, n_total, alpha / 2), 0.0), axis=-1)
-    hi = 1.0 - np.maximum.accumulate(np.maximum(_lower(1.0 - xs, n_total, alpha / 2), 0.0), axis=-1)
-    s = np.cumsum(xs, axis=-1)
-    i = np.arange(1, t_len + 1, dtype=np.float64)
-    lo = np.maximum(lo, s / n_total)                              # what is seen is in the mean
-    hi = np.minimum(hi, (s + n_total - i) / n_total)              # the unseen are at most 1 each
-    hi = np.maximum(hi, lo)
-    if t_len == n_total:                                          # all seen: the mean itself
-        lo[..., -1] = hi[..., -1] = s[..., -1] / n_total
-    return Sequence(lo, hi)
+    return RunningCS(xs.shape[:-1], n_total, alpha).extend(xs)
+
+
+class RunningCS:
+    """The same sequences, extended as values arrive: ``extend(x)`` takes the next values (last
+    axis) of each sequence and returns the bounds after each of them, in time proportional to the
+    new values only (the driver's race extends its pairs each time the admitted prefix grows).
+    ``mean_cs`` is one ``extend`` from the start."""
+
+    def __init__(self, shape: tuple[int, ...], n_total: int, alpha: float) -> None:
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        self.n_total, self.alpha, self.t = n_total, alpha, 0
+        self._low, self._up = _Side.zero(shape), _Side.zero(shape)
+        self.lo, self.hi = np.zeros(shape), np.ones(shape)          # the running intersection so far
+
+    def extend(self, x: npt.ArrayLike) -> Sequence:
+        xs = _checked(x, self.n_total - self.t, self.alpha)
+        t_len = xs.shape[-1]
+        if t_len == 0:
+            empty = np.zeros(xs.shape, dtype=np.float64)
+            return Sequence(empty, empty.copy())
+        t0, n = self.t, self.n_total
+        low, low_sums = _lower(xs, n, self.alpha / 2, state=self._low, t0=t0)
+        up, up_sums = _lower(1.0 - xs, n, self.alpha / 2, state=self._up, t0=t0)
+        lo = np.maximum(np.maximum.accumulate(np.maximum(low, 0.0), axis=-1), self.lo[..., None])
+        hi = np.minimum(1.0 - np.maximum.accumulate(np.maximum(up, 0.0), axis=-1), self.hi[..., None])
+        s = self._low.s[..., None] + np.cumsum(xs, axis=-1)          # S_i for the new steps
+        i = np.arange(t0 + 1, t0 + t_len + 1, dtype=np.float64)
+        lo = np.maximum(lo, s / n)                                   # what is seen is in the mean
+        hi = np.minimum(hi, (s + n - i) / n)                         # the unseen are at most 1 each
+        self.lo, self.hi = lo[..., -1].copy(), hi[..., -1].copy()
+        hi = np.maximum(hi, lo)
+        if t0 + t_len == n:                                          # all seen: the mean itself
+            lo[..., -1] = hi[..., -1] = s[..., -1] / n
+        self._low, self._up = _Side(*low_sums), _Side(*up_sums)
+        self.t += t_len
+        return Sequence(lo, hi)
+
+
+@dataclass
+class _Side:
+    """The sums behind one side's bound after the values seen so far (per sequence)."""
+    s: Array            # S: sum of the values
+    sq: Array           # sum of squared deviations from the regularized running mean
+    a: Array            # sum of lam_i (x_i + S_{i-1} / (N - i + 1))
+    w: Array            # sum of lam_i N / (N - i + 1)
+    vpsi: Array         # sum of v_i psi(lam_i)
+
+    @staticmethod
+    def zero(shape: tuple[int, ...]) -> _Side:
+        return _Side(*(np.zeros(shape) for _ in range(5)))
 
 
 def _checked(x: npt.ArrayLike, n_total: int, alpha: float) -> Array:
@@ -95,30 +133,34 @@ def _checked(x: npt.ArrayLike, n_total: int, alpha: float) -> Array:
     return xs
 
 
-def _lower(xs: Array, n_total: int, alpha: float, plain_center: bool = False) -> Array:
-    """The one-sided lower bound ``(A_t - B_t) / W_t`` at level ``alpha`` for every t, before the
-    running intersection. ``plain_center``: the variance increments are taken around the plain
-    running mean (0 before the first value), as ``confseq.predmix`` computes them, instead of
-    the paper's regularized one; both are valid (any predictable center is), and the test that
-    compares with confseq uses it."""
+def _lower(xs: Array, n_total: int, alpha: float, plain_center: bool = False, state: _Side | None = None,
+           t0: int = 0) -> tuple[Array, tuple[Array, Array, Array, Array, Array]]:
+    """The one-sided lower bound ``(A_t - B_t) / W_t`` at level ``alpha`` for every new t (before
+    the running intersection), continuing from ``state`` after ``t0`` values, and the sums after
+    the new values. ``plain_center``: the variance increments are taken around the plain running
+    mean (0 before the first value), as ``confseq.predmix`` computes them, instead of the paper's
+    regularized one; both are valid (any predictable center is), and the test that compares with
+    confseq uses it (from the start only)."""
+    st = state or _Side.zero(xs.shape[:-1])
     t_len = xs.shape[-1]
-    i = np.arange(1, t_len + 1, dtype=np.float64)                 # 1..t
-    s = np.cumsum(xs, axis=-1)                                    # S_i
+    i = np.arange(t0 + 1, t0 + t_len + 1, dtype=np.float64)       # t0+1 .. t0+t
+    s = st.s[..., None] + np.cumsum(xs, axis=-1)                  # S_i
     s_prev = s - xs                                               # S_{i-1}
     mu_after = (0.5 + s) / (i + 1)                                # mu_i (after x_i), regularized
-    sq = np.cumsum((xs - mu_after) ** 2, axis=-1)
-    var_prev = (0.25 + (sq - (xs - mu_after) ** 2)) / i           # var_{i-1}: sums over j < i
+    dev = (xs - mu_after) ** 2
+    sq = st.sq[..., None] + np.cumsum(dev, axis=-1)
+    var_prev = (0.25 + (sq - dev)) / i                            # var_{i-1}: sums over j < i
     log_term = math.log(1.0 / alpha)
     lam = np.minimum(np.sqrt(2.0 * log_term / (var_prev * i * np.log1p(i))), TRUNCATION)
     center = np.where(i > 1, s_prev / np.maximum(i - 1, 1), 0.0) if plain_center else (0.5 + s_prev) / i
     v = (xs - center) ** 2
     psi = -np.log1p(-lam) - lam
     remaining = n_total - i + 1.0                                 # N - i + 1
-    a = np.cumsum(lam * (xs + s_prev / remaining), axis=-1)
-    w = np.cumsum(lam * n_total / remaining, axis=-1)
-    b = log_term + np.cumsum(v * psi, axis=-1)
-    out: Array = (a - b) / w
-    return out
+    a = st.a[..., None] + np.cumsum(lam * (xs + s_prev / remaining), axis=-1)
+    w = st.w[..., None] + np.cumsum(lam * n_total / remaining, axis=-1)
+    vpsi = st.vpsi[..., None] + np.cumsum(v * psi, axis=-1)
+    out: Array = (a - (log_term + vpsi)) / w
+    return out, (s[..., -1], sq[..., -1], a[..., -1], w[..., -1], vpsi[..., -1])
 
 
 def paired_cs(a: npt.ArrayLike, b: npt.ArrayLike, n_total: int, alpha: float) -> Sequence:

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.scoring.anytime import FAMILY, TRUNCATION, mean_cs, paired_cs
+from engine.scoring.anytime import FAMILY, TRUNCATION, RunningCS, mean_cs, paired_cs
 
 STRATEGIES = ("race", "incumbent", "halving", "anytime_valid")
 SCREENING = "screening: successive halving at a fixed budget, with no error guarantee"
@@ -157,6 +157,8 @@ class Race:
     _dispatched: dict[str, int] = field(init=False, default_factory=dict)
     _paused: dict[str, int] = field(init=False, default_factory=dict)
     _checked: dict[str, int] = field(init=False, default_factory=dict)    # incumbent: positions looked at
+    _pairs: RunningCS | None = field(init=False, default=None)             # race: every pair's CS so far
+    _own: RunningCS | None = field(init=False, default=None)               # anytime_valid: each one's own
 
     def __post_init__(self) -> None:
         if len(set(self.configs)) != len(self.configs) or not self.configs:
@@ -230,10 +232,9 @@ class Race:
             if target > self.step:
                 lo = hi = None
                 if self.design.strategy == "race":
-                    lo, hi = self._pair_bounds(target)
+                    self._extend_pairs(target)
                 elif self.design.strategy == "anytime_valid":
-                    own = mean_cs(np.nan_to_num(self.values[:, :target], nan=0.0), self.n_tasks, self.design.alpha)
-                    lo, hi = own.lo, own.hi
+                    lo, hi = self._extend_own(target)
                 for t in range(self.step + 1, target + 1):
                     if self._is_step(t):
                         new += self._decide_at(t, lo, hi)
@@ -253,29 +254,47 @@ class Race:
     def _rung_steps(self) -> list[int]:
         return [max(1, math.ceil(f * self.n_tasks)) for f in self.design.rungs[:-1]]
 
-    def _pair_bounds(self, upto: int) -> tuple[np.ndarray, np.ndarray]:
-        """Lower and upper bounds of every ordered pair's difference (row minus column), at every
-        step up to ``upto``: shape (K, K, upto). A stopped configuration's values are read only up
-        to its stop (its later, overrun values are stored, not admitted)."""
+    def _extend_pairs(self, upto: int) -> None:
+        """Every pair's CS of its difference (first minus second of ``np.triu_indices``), extended
+        to step ``upto`` (only the new steps are computed: ``anytime.RunningCS``). A stopped
+        configuration's pairs are read only up to its stop (its later, overrun values are stored,
+        not admitted)."""
         k = len(self.configs)
-        x = np.nan_to_num(self.values[:, :upto], nan=0.0)
-        alpha = self.design.alpha_per_comparison(k)
-        iu, ju = np.triu_indices(k, 1)
-        cs = paired_cs(x[iu], x[ju], self.n_tasks, alpha)
-        lo = np.full((k, k, upto), -1.0)
-        hi = np.full((k, k, upto), 1.0)
-        lo[iu, ju], hi[iu, ju] = cs.lo, cs.hi
-        lo[ju, iu], hi[ju, iu] = -cs.hi, -cs.lo
-        return lo, hi
+        if self._pairs is None:
+            self._iu, self._ju = np.triu_indices(k, 1)
+            self._pairs = RunningCS((len(self._iu),), self.n_tasks, self.design.alpha_per_comparison(k))
+            self._plo = np.full((len(self._iu), self.n_tasks), -1.0)
+            self._phi = np.full((len(self._iu), self.n_tasks), 1.0)
+        t0 = self._pairs.t
+        if upto > t0:
+            x = np.nan_to_num(self.values[:, t0:upto], nan=0.0)
+            cs = self._pairs.extend((x[self._iu] - x[self._ju] + 1.0) / 2.0)
+            self._plo[:, t0:upto], self._phi[:, t0:upto] = 2.0 * cs.lo - 1.0, 2.0 * cs.hi - 1.0
 
-    def _at(self, arr: np.ndarray, t: int) -> np.ndarray:
-        """``arr[j, k]`` at step min(t, stop_j, stop_k): a pair with a stopped member is frozen at
-        the stop."""
+    def _extend_own(self, upto: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each configuration's own CS, extended to step ``upto``; all steps so far (K, upto)."""
+        if self._own is None:
+            self._own = RunningCS((len(self.configs),), self.n_tasks, self.design.alpha)
+            self._olo = np.zeros((len(self.configs), self.n_tasks))
+            self._ohi = np.ones((len(self.configs), self.n_tasks))
+        t0 = self._own.t
+        if upto > t0:
+            cs = self._own.extend(np.nan_to_num(self.values[:, t0:upto], nan=0.0))
+            self._olo[:, t0:upto], self._ohi[:, t0:upto] = cs.lo, cs.hi
+        return self._olo[:, :upto], self._ohi[:, :upto]
+
+    def _pairs_at(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of every ordered pair's difference [j, k] (j minus k) at step min(t, stop_j,
+        stop_k): a pair with a stopped member is frozen at the stop."""
         k = len(self.configs)
         stop = np.array([self.stopped.get(c, t) for c in self.configs])
-        tt = np.minimum(np.minimum.outer(stop, stop), t)
-        out: np.ndarray = arr[np.arange(k)[:, None], np.arange(k)[None, :], np.maximum(tt, 1) - 1]
-        return out
+        tt = np.maximum(np.minimum(np.minimum(stop[self._iu], stop[self._ju]), t), 1) - 1
+        rows = np.arange(len(self._iu))
+        lo_p, hi_p = self._plo[rows, tt], self._phi[rows, tt]
+        lo, hi = np.full((k, k), -1.0), np.full((k, k), 1.0)
+        lo[self._iu, self._ju], hi[self._iu, self._ju] = lo_p, hi_p
+        lo[self._ju, self._iu], hi[self._ju, self._iu] = -hi_p, -lo_p
+        return lo, hi
 
     def _stop(self, t: int, config: str, reason: str, by: str = "", lo: float = float("nan"),
               hi: float = float("nan")) -> Decision:
@@ -289,8 +308,7 @@ class Race:
         if s == "anytime_valid":
             assert lo is not None and hi is not None
             return self._precise(t, lo, hi)
-        assert lo is not None and hi is not None
-        lo_t, hi_t = self._at(lo, t), self._at(hi, t)
+        lo_t, hi_t = self._pairs_at(t)
         out: list[Decision] = []
         need = self.design.top_k
         if len(self.live()) <= need:
@@ -381,33 +399,26 @@ class Race:
 
     # -- the biased view, for pausing only --------------------------------------------------------
     def tentative(self) -> list[str]:
-        """Live configurations the rule would stop on every completed result (holes skipped, so
-        biased): the driver stops dispatching them until the prefix confirms or refuses."""
+        """Live configurations the rule would stop on the completed results (the positions every
+        live configuration has, holes skipped, so biased): the driver stops dispatching them until
+        the prefix confirms or refuses. One vectorized pass over the live pairs."""
         if self.design.strategy != "race":
             return []
         live = self.live()
         if len(live) <= self.design.top_k:
             return []
-        alpha = self.design.alpha_per_comparison(len(self.configs))
-        out = []
-        for c in live:
-            if c in self._paused:
-                continue
-            xc = self.values[self.index[c]]
-            better = 0
-            for o in live:
-                if o == c:
-                    continue
-                xo = self.values[self.index[o]]
-                both = ~np.isnan(xc) & ~np.isnan(xo)
-                n = int(both.sum())
-                if n < self.design.min_tasks:
-                    continue
-                cs = paired_cs(xo[both], xc[both], self.n_tasks, alpha)
-                better += cs.lo[-1] > 0
-            if better >= self.design.top_k:
-                out.append(c)
-        return out
+        idx = np.array([self.index[c] for c in live])
+        x = self.values[idx]
+        both = ~np.isnan(x).any(axis=0)
+        if int(both.sum()) < self.design.min_tasks:
+            return []
+        x = x[:, both]
+        iu, ju = np.triu_indices(len(live), 1)
+        cs = paired_cs(x[iu], x[ju], self.n_tasks, self.design.alpha_per_comparison(len(self.configs)))
+        lo = np.full((len(live), len(live)), -1.0)
+        lo[iu, ju], lo[ju, iu] = cs.lo[:, -1], -cs.hi[:, -1]          # [j, k]: j minus k
+        beaten = (lo > 0).sum(axis=0)
+        return [c for i, c in enumerate(live) if beaten[i] >= self.design.top_k and c not in self._paused]
 
     def pause(self, config: str) -> None:
         """Stop dispatching ``config`` until the prefix decides (:meth:`resumable`)."""

@@ -126,8 +126,22 @@ def test_the_same_family_as_confseq_computes_it():
     assert len(data["cases"]) == 4
     for case in data["cases"]:
         x, n, a = np.array(case["x"]), case["n_total"], case["alpha"]
-        lo = np.maximum.accumulate(np.maximum(_lower(x, n, a / 2, plain_center=True), 0.0))
-        hi = 1.0 - np.maximum.accumulate(np.maximum(_lower(1.0 - x, n, a / 2, plain_center=True), 0.0))
+        lo = np.maximum.accumulate(np.maximum(_lower(x, n, a / 2, plain_center=True)[0], 0.0))
+        hi = 1.0 - np.maximum.accumulate(np.maximum(_lower(1.0 - x, n, a / 2, plain_center=True)[0], 0.0))
         assert np.allclose(lo, case["lo"], atol=1e-12) and np.allclose(hi, case["hi"], atol=1e-12)
         ours = mean_cs(x, n, a)
         assert np.mean(ours.hi - ours.lo) <= np.mean(np.array(case["hi"]) - np.array(case["lo"])) + 1e-3
+
+
+def test_extending_a_running_sequence_gives_the_sequence_of_the_whole():
+    from engine.scoring.anytime import RunningCS
+
+    rng = np.random.default_rng(12)
+    x = (rng.random((6, 300)) < 0.4).astype(float)
+    whole = mean_cs(x, 300, 0.05)
+    run = RunningCS((6,), 300, 0.05)
+    parts = [run.extend(x[:, a:b]) for a, b in ((0, 1), (1, 40), (40, 41), (41, 299), (299, 300))]
+    assert np.allclose(np.concatenate([p.lo for p in parts], axis=1), whole.lo, atol=1e-12)
+    assert np.allclose(np.concatenate([p.hi for p in parts], axis=1), whole.hi, atol=1e-12)
+    with pytest.raises(ValueError, match="1 observations of a population of 0"):
+        run.extend(x[:, :1])
