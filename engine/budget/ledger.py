@@ -165,6 +165,7 @@ class Budget:
         # configuration that closed under a cap no larger than this one: it stays closed
         self.closed_cap, self.reason = closed or ("", "")
         self.calls = self.refused = 0
+        self.max_ask = Spend()                   # the largest worst case a call asked for, per field
         self.restarts = 0                        # how often this ledger was restored from a snapshot
         self.restored = False
         self._waiters: list[asyncio.Future[None]] = []     # acquire calls waiting for room
@@ -200,7 +201,8 @@ class Budget:
         s = self.spent()
         out = {"spent": s.as_dict(), "run": (s - self.initial).as_dict(), "caps": asdict(self.caps),
                "calls": self.calls, "refused": self.refused, "in_flight": len(self._open),
-               "exhausted": self.reason, "closed_cap": self.closed_cap, "restarts": self.restarts}
+               "exhausted": self.reason, "closed_cap": self.closed_cap, "restarts": self.restarts,
+               "max_ask": self.max_ask.as_dict()}
         if self.point_prices:
             out["points"] = {k: v.as_dict() for k, v in self.point_spend().items()}
         return out
@@ -279,6 +281,8 @@ class Budget:
             self.refused += 1
             return None
         ask = Spend(int(est_in), int(est_out), token_cost(est_in, est_out, self._prices(point)))
+        m = self.max_ask
+        self.max_ask = Spend(max(m.tokens_in, ask.tokens_in), max(m.tokens_out, ask.tokens_out), max(m.usd, ask.usd))
         verdict, why = self._verdict(ask)
         if verdict == "refuse":
             self.closed_cap, self.reason = why

@@ -290,4 +290,40 @@ class Racer:
         return out
 
 
-__all__ = ["ADAPTIVE_FILE", "SCREENING", "Racer", "adaptive_on", "design_of", "wording"]
+
+
+DRAIN_MARGIN = 1.25      # the reserve's margin over the mean episode: episodes differ
+
+
+def drain_reason(caps: dict[str, Any], spent: dict[str, Any], in_flight: int, mean: dict[str, float],
+                 gpu_units: float, max_ask: dict[str, Any] | None = None) -> str:
+    """Why an adaptive run under a budget stops dispatching now ("" while it may go on): what is
+    left under a cap would not cover the episodes in flight and one more episode at the mean cost
+    of those finished (times ``DRAIN_MARGIN``), plus the largest worst case one call asked the
+    ledger for (``max_ask``: the ledger admits a call only while its worst case fits); for
+    ``max_gpu_hours``, the replicas' uptime for one more mean episode. Stopping *dispatch* there
+    lets the episodes in flight finish, so the admitted prefix is not cut by the budget (a budget
+    cut censors by outcome: the slow episodes are the failure-prone ones). ``mean``:
+    ``tokens_in``, ``tokens_out``, ``usd``, ``wall_s`` per episode."""
+    if not mean:
+        return ""
+    ask = max_ask or {}
+    n = in_flight + 1
+    need = {"max_input_tokens": DRAIN_MARGIN * n * mean["tokens_in"] + float(ask.get("tokens_in") or 0),
+            "max_output_tokens": DRAIN_MARGIN * n * mean["tokens_out"] + float(ask.get("tokens_out") or 0),
+            "max_usd": DRAIN_MARGIN * n * mean["usd"] + float(ask.get("usd") or 0.0),
+            "max_gpu_hours": DRAIN_MARGIN * mean["wall_s"] * gpu_units / 3600.0}
+    have = {"max_input_tokens": spent.get("tokens_in", 0), "max_output_tokens": spent.get("tokens_out", 0),
+            "max_usd": spent.get("usd", 0.0), "max_gpu_hours": spent.get("gpu_hours", 0.0)}
+    for cap, reserve in need.items():
+        limit = caps.get(cap)
+        if limit is None or reserve <= 0:
+            continue
+        left = float(limit) - float(have[cap])
+        if left < reserve:
+            return (f"drain reserve: {left:.4g} left under run.budget.{cap}, {in_flight} episodes in flight need "
+                    f"about {reserve:.4g}; dispatch stops so they finish")
+    return ""
+
+
+__all__ = ["ADAPTIVE_FILE", "SCREENING", "Racer", "adaptive_on", "design_of", "drain_reason", "wording"]

@@ -13,9 +13,8 @@ from typing import Any
 
 import ray
 
-from engine.config import (
-    engine_batch,
-)
+from engine.budget.cost import Prices, token_cost
+from engine.config import engine_batch, to_plain
 from engine.errors import WorkerStartError
 from engine.hosting.events import ReplicaEvents
 from engine.runtime.dispatch import STOPPED_EARLY, WORKER_LOST, EpisodeSpec, WorkerSetup, start_workers, unstarted_row
@@ -29,6 +28,7 @@ from ray_jobs.budget import (
 )
 from ray_jobs.judge import JudgeStream
 from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.run.adaptive import drain_reason
 from ray_jobs.run.moves import Candidate, grow, release
 from ray_jobs.run.planning import Point
 from ray_jobs.run.supervisor import Supervisor
@@ -113,6 +113,9 @@ class DispatchLoop:
         # an adaptive rule (ray_jobs/run/adaptive.py): paused points' episodes wait here, off the queue
         self.racer = next((p.racer for p in by_key.values() if p.racer is not None), None)
         self.held: dict[str, list[EpisodeSpec]] = defaultdict(list)
+        self.drain_stats: dict[str, list[float]] = defaultdict(lambda: [0.0] * 5)   # n, tokens in/out, usd, wall
+        self.drain_base: dict[int, tuple[dict[str, Any], dict[str, float], dict[str, Any]]] = {}  # caps, before, max ask
+        self.drain_asked: dict[int, float] = {}
         self.last_adapt = 0.0
         if self.racer is not None:
             for key in [k for k in self.racer.race.stopped if k in by_key]:     # stopped before (a resumed run)
@@ -333,6 +336,7 @@ class DispatchLoop:
                     time.sleep(0.2)
                     continue
                 self._stop_spent_budgets()
+                self._drain()
                 t_wait = time.monotonic()
                 ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0.5)
                 t_work = time.monotonic()
@@ -407,6 +411,62 @@ class DispatchLoop:
                 log.warning("stopping %s: %s; in-flight episodes finish, the rest never start", p.key[:6], why)
                 self.drop(g, p.key, why, "budget")
 
+    def _drain(self) -> None:
+        """Adaptive points under a budget stop dispatching once what is left of it would not cover
+        their episodes in flight (``adaptive.drain_reason``), so those finish and the admitted
+        prefix is not cut by the budget. What is spent is the ledger's record before this run (asked
+        once, without waiting) plus this run's finished episodes, counted here as they arrive: a
+        check every iteration that never waits on the ledger."""
+        if self.racer is None:
+            return
+        shared: dict[int, list[Point]] = defaultdict(list)
+        for p in self.by_key.values():
+            if p.budget is not None and p.key in self.racer.points:
+                shared[id(p.budget)].append(p)
+        for bid, pts in shared.items():
+            keys = {p.key for p in pts}
+            groups = {Session.key(p.cfg.model) if p.uses_model else "none" for p in pts}
+            if not any(s.point in keys for g in groups for s in self.queues[g]) and not keys & set(self.held):
+                continue
+            ask = f"drain:{bid}"                  # the ledger's summary, asked again every few seconds
+            ref = self.budget_asks.get(ask)
+            known = bid in self.drain_base and any(float(v or 0) for v in self.drain_base[bid][2].values())
+            if ref is None and time.monotonic() - self.drain_asked.get(bid, 0.0) > (2.0 if known else 0.0):
+                budget = pts[0].budget
+                assert budget is not None
+                self.budget_asks[ask] = budget.actor.summary.remote()
+                self.drain_asked[bid] = time.monotonic()
+            elif ref is not None and ray.wait([ref], timeout=0)[0]:
+                del self.budget_asks[ask]
+                try:
+                    summ = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - the ledger is gone: the workers' calls fail on their own
+                    log.warning("budget actor unreachable: %s", e)
+                    continue
+                before = {k: float(v) - float((summ.get("run") or {}).get(k) or 0.0)
+                          for k, v in (summ.get("spent") or {}).items()}
+                self.drain_base[bid] = (summ.get("caps") or {}, before, summ.get("max_ask") or {})
+            base = self.drain_base.get(bid)
+            tot = [sum(self.drain_stats[k][i] for k in keys) for i in range(5)]
+            if base is None or not tot[0]:
+                continue
+            caps, before, max_ask = base
+            if not any(float(v or 0) for v in max_ask.values()):     # no call asked yet: twice the mean episode
+                max_ask = {"tokens_in": 2 * tot[1] / tot[0], "tokens_out": 2 * tot[2] / tot[0], "usd": 2 * tot[3] / tot[0]}
+            spent = {"tokens_in": before.get("tokens_in", 0.0) + tot[1], "tokens_out": before.get("tokens_out", 0.0) + tot[2],
+                     "usd": before.get("usd", 0.0) + tot[3], "gpu_hours": before.get("gpu_hours", 0.0)}
+            mean = {"tokens_in": tot[1] / tot[0], "tokens_out": tot[2] / tot[0], "usd": tot[3] / tot[0],
+                    "wall_s": tot[4] / tot[0]}
+            in_flight = sum(1 for _, _, spec in self.pending.values() if spec.point in keys)
+            units = sum(len(pool.endpoints) * Prices.of_model(to_plain(pool.cfg)).units_per_replica
+                        for g in groups if (pool := self.pools.get(g)) is not None)
+            why = drain_reason(caps, spent, in_flight, mean, units, max_ask)
+            if why:
+                for p in pts:
+                    log.warning("stopping %s: %s", p.key[:6], why)
+                    p.info["drained"] = why
+                    self.drop(Session.key(p.cfg.model) if p.uses_model else "none", p.key, why, "budget")
+
     def _poll_live(self) -> None:
         """The workers' live counts for the progress line, without waiting: the answers to the
         previous poll are read (when all came), and the next poll is sent."""
@@ -435,6 +495,7 @@ class DispatchLoop:
             self.ledger_lost(g, w, p, spec, res)
             return
         self._take(g, p, res)
+        self._drain()                 # before the freed slot takes a new episode
         self.submit(g, w)
 
     def _worker_lost(self, g: str, w: int, p: Point, spec: EpisodeSpec, e: BaseException) -> dict[str, Any] | None:
@@ -476,6 +537,12 @@ class DispatchLoop:
         st["failures"] += row["status"] == "error"          # a budget stop is not a failure
         if self.racer is not None and p.key in self.racer.points:
             self.racer.take(p.key, row)
+            d = self.drain_stats[p.key]
+            d[0] += 1
+            d[1] += row["tokens_in"]
+            d[2] += row["tokens_out"]
+            d[3] += token_cost(row["tokens_in"], row["tokens_out"], Prices.of_model(to_plain(p.cfg.model)))
+            d[4] += float(row.get("wall_time_s") or 0.0)
         mf = p.cfg.run.max_failures
         if mf and st["failures"] >= mf and any(s.point == p.key for s in self.queues[g]):
             log.error("stopping: %d episodes failed (run.max_failures) in %s; in-flight ones finish",

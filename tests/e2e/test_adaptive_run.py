@@ -111,3 +111,33 @@ def test_an_adaptive_rule_refuses_the_files_order():
         validate(compose(["sweep=race", "sweep.goal=eps_best"]))
     with pytest.raises(ConfigError, match="cannot be combined"):
         validate(compose(["sweep=race", "stop=anytime_valid"]))
+
+
+def test_a_capped_run_stops_dispatch_early_enough_for_its_episodes_in_flight(tmp_path):
+    """``stop=anytime_valid`` under ``run.budget.max_output_tokens``: dispatch stops while what is
+    left covers the episodes in flight (ray_jobs/run/adaptive.py: drain_reason), so every episode
+    that started finished, the rest are stored as never started, and the interval is over an
+    unbroken prefix of the shared order."""
+    golds = _golds()
+
+    def model(messages, req):
+        text = "\n".join(str(m["content"]) for m in messages)
+        return FINISH.format(next(a for q, a in golds.items() if q in text))
+
+    run = tmp_path / "capped"
+    with FakeOpenAI(model, delay_s=0.2) as srv:
+        [info] = sweep([live_cfg(srv.base_url, run, "model.name=good", "stop=anytime_valid",
+                                 "stop.metric=answer_contains_gold", "stop.min_tasks=2", "agent.max_tokens_turn=16",
+                                 "run.budget.max_output_tokens=60", "cluster.num_workers=1",
+                                 "cluster.episodes_per_worker=2")])
+    assert "drain reserve" in info.get("drained", ""), info.get("drained")
+    eps = EpisodeStore(run).episodes(["status", "error", "n_steps", "task_id"]).to_pylist()
+    ok = [e for e in eps if e["status"] == "ok"]
+    stopped = [e for e in eps if e["status"] == "budget_exhausted"]
+    assert ok and stopped and len(ok) + len(stopped) == 12
+    assert all("(never started)" in e["error"] and e["n_steps"] == 0 for e in stopped)     # none cut mid-episode
+    ad = json.loads((run / "adaptive.json").read_text())
+    c = ad["configurations"][info["config_hash"]]
+    assert c["state"] == "running" and c["tasks_admitted"] == len(ok)                 # an unbroken prefix
+    lo, hi = c["interval"]
+    assert 0.0 < lo <= len(ok) / 12 + 1e-9 and hi == 1.0
