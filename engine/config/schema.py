@@ -294,6 +294,7 @@ class SweepConfig:
     goal: str = "best"              # race: best | top:<k> | eps_best
     epsilon: float = 0.0            # eps_best: within this of the best, in the metric's [0, 1] scale
     alpha: float = 0.05             # the error level of every claim the sweep makes, split over its comparisons
+    split: str = "bonferroni"       # how alpha is split: race over the K(K-1)/2 pairs, incumbent over K-1 challengers
     min_tasks: int = 10             # no decision before this many tasks
     check_every: int = 1            # a decision step every this many tasks
     rungs: list[float] = field(default_factory=lambda: [0.1, 0.3, 1.0])    # halving: fractions of the tasks

@@ -178,6 +178,7 @@ def validate_adaptive(cfg: Config) -> None:
     _check((sw.min_tasks if where == "sweep" else st.min_tasks) >= 1, f"{where}.min_tasks", "must be >= 1")
     if where == "sweep":
         _check(sw.check_every >= 1, "sweep.check_every", "must be >= 1")
+        _check(sw.split == "bonferroni", "sweep.split", f"must be bonferroni (the only split built), got {sw.split!r}")
         _check(sw.goal in ("best", "eps_best") or (sw.goal.startswith("top:") and sw.goal[4:].isdigit()
                                                    and int(sw.goal[4:]) >= 1),
                "sweep.goal", f"must be best, eps_best or top:<k> (k >= 1), got {sw.goal!r}")

@@ -32,6 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.budget.cost import Prices, token_cost, unit_hours
 from engine.config import Config, stable_hash, to_plain
 from engine.errors import ConfigError
 from engine.inputs.order import TaskOrder, order_record, task_order
@@ -50,7 +51,8 @@ def adaptive_on(cfg: Config) -> bool:
 def design_of(cfg: Config) -> Design:
     sw, st = cfg.sweep, cfg.stop
     if sw.strategy != "none":
-        return Design(strategy=sw.strategy, goal=sw.goal, epsilon=sw.epsilon, alpha=sw.alpha, min_tasks=sw.min_tasks,
+        return Design(strategy=sw.strategy, goal=sw.goal, epsilon=sw.epsilon, alpha=sw.alpha, split=sw.split,
+                      min_tasks=sw.min_tasks,
                       check_every=sw.check_every, rungs=tuple(float(r) for r in sw.rungs), eta=sw.eta)
     return Design(strategy="anytime_valid", alpha=st.alpha, min_tasks=st.min_tasks, half_width=st.half_width)
 
@@ -268,9 +270,33 @@ class Racer:
                                  f"{self.race.n_tasks} tasks ({self.design.family})"}
         comparisons = k * (k - 1) // 2 if self.design.strategy == "race" else max(k - 1, 1)
         return self.record | {
-            "decisions": self.logged, "configurations": per,
+            "decisions": self.logged, "configurations": per, "cost": self.cost(),
             "wording": wording(self.design, len(self.race.stopped), k, comparisons, self.race.n_tasks),
             "screening": self.design.screening}
+
+    def cost(self) -> dict[str, Any]:
+        """What the run spent next to what running every configuration on every task would have:
+        episodes run (stored with a result) and planned; tokens, dollars at the models' prices and
+        replica GPU-hours of this run, and the full run's projected from this run's mean per
+        episode (a projection, said so)."""
+        planned = sum(len(p.plan.specs) for p in self.points.values())
+        ran = tin = tout = 0
+        usd = gpu_h = 0.0
+        for p in self.points.values():
+            rows = p.store.episodes(["status", "tokens_in", "tokens_out"], config_hash=p.plan.config_hash).to_pylist()
+            done = [r for r in rows if r["status"] in ("ok", "error")]
+            ran += len(done)
+            a, b = sum(r["tokens_in"] for r in done), sum(r["tokens_out"] for r in done)
+            tin, tout = tin + a, tout + b
+            prices = Prices.of_model(to_plain(p.cfg.model))
+            usd += token_cost(a, b, prices)
+            gpu_h += unit_hours(float(p.info.get("replica_seconds_run") or 0.0), prices)
+        scale = planned / ran if ran else float("nan")
+        return {"episodes_run": ran, "episodes_full": planned, "share_run": ran / planned if planned else float("nan"),
+                "tokens_in": tin, "tokens_out": tout, "usd_tokens": usd, "gpu_hours_this_run": gpu_h,
+                "full_run_projected": {"tokens_in": tin * scale, "tokens_out": tout * scale, "usd_tokens": usd * scale,
+                                       "how": "this run's totals x planned / run episodes (GPU-hours: this run's "
+                                              "replica uptime only, which includes model loads)"}}
 
     def _metric_scale(self, lo: float, hi: float) -> tuple[float, float]:
         """An interval on the [0, 1] race scale back in the metric's units."""
@@ -285,6 +311,7 @@ class Racer:
             d.store.write_json(ADAPTIVE_FILE, out)
         for p in self.points.values():
             p.info["adaptive"] = {"wording": out["wording"], "design_hash": out["design_hash"], "metric": self.metric,
+                                  "cost": out["cost"],
                                   **out["configurations"][p.plan.config_hash]}
             p.info["adaptive_metric"] = f"{self.metric} "
         return out

@@ -149,6 +149,11 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
         out.write(f"adaptive: {ad['state'].replace('_', ' ')} after {ad['tasks_admitted']} tasks; "
                   f"{100 * ad['interval_level']:.0f}% anytime-valid interval of the full-set {info.get('adaptive_metric', '')}"
                   f"mean [{lo:.3f}, {hi:.3f}]{(': ' + ad['reason']) if ad['reason'] else ''}\n{ad['wording']}\n")
+        c = ad["cost"]
+        out.write(f"adaptive sweep: {c['episodes_run']} of {c['episodes_full']} episodes run "
+                  f"({100 * c['share_run']:.0f}%); {c['tokens_out']} completion tokens, ${c['usd_tokens']:.2f} in tokens, "
+                  f"{c['gpu_hours_this_run']:.2f} replica GPU-hours; every task for every configuration: about "
+                  f"${c['full_run_projected']['usd_tokens']:.2f} in tokens (projected)\n")
     f = info["failures"]
     if f["kinds"] or f["not_run"] or f["set_aside"]:
         out.write(failure_summary(f) + "\n")

@@ -60,6 +60,10 @@ def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
         assert ad["configurations"][good]["state"] == "complete"
         assert ad["configurations"][bad]["state"] == "stopped_early"
         assert "stopped early by an anytime-valid rule" in ad["wording"]
+        cost = ad["cost"]
+        assert cost["episodes_full"] == 24 and cost["episodes_run"] == 24 - len(
+            [e for e in EpisodeStore(run).episodes(["status"]).to_pylist() if e["status"] == "stopped_early"])
+        assert cost["full_run_projected"]["tokens_out"] >= cost["tokens_out"] > 0
 
         eps = EpisodeStore(run).episodes(["config_hash", "status", "task_id"]).to_pylist()
         mine = [e for e in eps if e["config_hash"] == bad]
@@ -67,6 +71,7 @@ def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
         assert stopped and len(mine) == 12 and all(e["status"] in ("ok", "stopped_early") for e in mine)
         assert sum(e["config_hash"] == good and e["status"] == "ok" for e in eps) == 12
         assert "adaptive: stopped early after" in out and "anytime-valid interval" in out
+        assert re.search(r"adaptive sweep: \d+ of 24 episodes run", out)
         assert re.search(r"1 of 2 configurations were stopped early", out)
 
         from engine.scoring import metric_table
