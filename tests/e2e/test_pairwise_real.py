@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 def test_pairwise_judge_on_the_offline_model(tmp_path):
     run_dir, out = tmp_path / "run", tmp_path / "pw"
-    gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2",
+    gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2", "run.order=data",
                      f"run.dir={run_dir}", "run.progress=false", timeout=900)
     assert gen.returncode == 0, gen.stderr[-4000:]
     judge = run_module("ray_jobs.pairwise", f"runs=[{run_dir}]", f"out={out}", "both_orders=true", "seed=11",
