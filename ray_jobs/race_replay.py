@@ -54,9 +54,9 @@ def task_matrix(run_dirs: Sequence[str], metric: str | None = None, judge: str |
     planned_tasks: dict[str, dict[str, set[str]]] = defaultdict(dict)
     metrics: dict[str, str] = {}
     for rd in run_dirs:
-        store = EpisodeStore(rd)
-        for name in store_benchmarks(store):
+        for name in store_benchmarks(EpisodeStore(rd)):
             bench = get_benchmark(name)
+            store = EpisodeStore(rd, bench.episode_fields)        # its own columns (what its metrics read)
             m = metric or bench.primary_metrics[0]
             if metrics.setdefault(name, m) != m:
                 raise ValueError(f"{name}: two metrics asked for ({metrics[name]}, {m})")
