@@ -146,3 +146,28 @@ def test_a_capped_run_stops_dispatch_early_enough_for_its_episodes_in_flight(tmp
     assert c["state"] == "running" and c["tasks_admitted"] == len(ok)                 # an unbroken prefix
     lo, hi = c["interval"]
     assert 0.0 < lo <= len(ok) / 12 + 1e-9 and hi == 1.0
+
+
+def test_halving_is_screening_in_every_output(tmp_path, capsys):
+    """``sweep=halving`` through the driver: at the rung (a quarter of the 12 tasks) the best third by
+    mean is kept and the others are stopped, and the summary, adaptive.json and the decisions say
+    SCREENING (no error guarantee)."""
+    golds = _golds()
+
+    def model(messages, req):
+        text = "\n".join(str(m["content"]) for m in messages)
+        return FINISH.format(next(a for q, a in golds.items() if q in text) if req.get("model") == "good" else "no idea")
+
+    run = tmp_path / "halving"
+    with FakeOpenAI(model, delay_s=0.2) as srv:
+        infos = sweep([live_cfg(srv.base_url, run, f"model.name={name}", "sweep=halving", "sweep.rungs=[0.25,1.0]",
+                                "sweep.metric=answer_contains_gold", "cluster.num_workers=1",
+                                "cluster.episodes_per_worker=1") for name in ("good", "bad", "worse")])
+    out = capsys.readouterr().out
+    ad = json.loads((run / "adaptive.json").read_text())
+    assert ad["screening"] is True and ad["wording"].startswith("SCREENING") and "NO error guarantee" in ad["wording"]
+    states = {h: c["state"] for h, c in ad["configurations"].items()}
+    assert states[infos[0]["config_hash"]] == "complete"
+    assert sorted(states.values()).count("stopped_early") == 2
+    assert all(d["reason"].startswith("screening:") and d["t"] == 3 for d in ad["decisions"])
+    assert out.count("SCREENING") >= 3
