@@ -161,9 +161,11 @@ class Racer:
                                   "the same sweep / stop settings and the same configurations, or use another run.dir")
             logged = have.get("decisions") or []
         for p in self.points.values():
-            planned = {s.episode_id for s in p.plan.specs}
+            # the stored results this run keeps: not those it runs again (run.retry_failed re-runs
+            # failed ones; a value is taken once, from the row that stays)
+            kept = {s.episode_id for s in p.plan.specs} - {s.episode_id for s in p.plan.todo}
             for row in p.store.episodes(config_hash=p.plan.config_hash).to_pylist():
-                if row["episode_id"] in planned:
+                if row["episode_id"] in kept:
                     self.take(p.key, row)
         while True:
             before = (self.race.step, len(self.race.decisions))
