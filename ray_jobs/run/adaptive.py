@@ -264,8 +264,8 @@ class Racer:
             stop = self.race.stopped.get(key)
             d = next((x for x in self.race.decisions if x.config == key), None)
             per[p.plan.config_hash] = {
-                "state": "stopped_early" if stop is not None else
-                         ("complete" if t == self.race.n_tasks else "running"),
+                # every task ran (a decision came after the last was dispatched): the mean is exact
+                "state": "complete" if t == self.race.n_tasks else ("stopped_early" if stop is not None else "running"),
                 "tasks_admitted": t, "stopped_at": stop, "reason": self.named(d.reason) if d is not None else "",
                 "interval": [lo_m, hi_m], "interval_level": 1 - self.design.alpha,
                 "interval_kind": "anytime-valid confidence sequence for the mean over all "
