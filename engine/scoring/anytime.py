@@ -67,7 +67,7 @@ def mean_cs(x: npt.ArrayLike, n_total: int, alpha: float) -> Sequence:
     """The CS for the mean of ``n_total`` values in [0, 1], of which ``x`` (last axis) are the first
     ones in a uniformly random order. Any leading axes are independent sequences. ``x`` may be
     shorter than ``n_total``; it may not be longer."""
-    xs = _checked(x, n_total, alpha)
+    xs = np.asarray(x, dtype=np.float64)                          # checked by extend
     return RunningCS(xs.shape[:-1], n_total, alpha).extend(xs)
 
 

@@ -246,6 +246,16 @@ class Race:
         self.decisions += new
         return new
 
+    def settle(self) -> list[Decision]:
+        """:meth:`decide` until nothing changes (a stop can lift the common prefix): every
+        decision the values known now allow; the new ones."""
+        new: list[Decision] = []
+        while True:
+            before = (self.step, len(self.decisions), len(self.stopped))
+            new += self.decide()
+            if (self.step, len(self.decisions), len(self.stopped)) == before:
+                return new
+
     def _is_step(self, t: int) -> bool:
         if self.design.strategy == "halving":
             return t in self._rung_steps()
@@ -455,8 +465,5 @@ def replay(design: Design, values: Mapping[str, Sequence[float]], n_tasks: int,
         for pos, v in enumerate(vs):
             if not math.isnan(v):
                 race.observe(c, pos, float(v))
-    while True:
-        before = (race.step, len(race.decisions), len(race.stopped))
-        race.decide()
-        if (race.step, len(race.decisions), len(race.stopped)) == before:
-            return race
+    race.settle()
+    return race

@@ -167,11 +167,7 @@ class Racer:
             for row in p.store.episodes(config_hash=p.plan.config_hash).to_pylist():
                 if row["episode_id"] in kept:
                     self.take(p.key, row)
-        while True:
-            before = (self.race.step, len(self.race.decisions))
-            self.race.decide()
-            if (self.race.step, len(self.race.decisions)) == before:
-                break
+        self.race.settle()
         derived = [(d.t, self._hash(d.config), d.action) for d in self.race.decisions]
         for i, entry in enumerate(logged):
             want = (entry["t"], entry["config"], entry["action"])

@@ -116,6 +116,7 @@ class DispatchLoop:
         self.drain_stats: dict[str, list[float]] = defaultdict(lambda: [0.0] * 5)   # n, tokens in/out, usd, wall
         self.drain_base: dict[int, tuple[dict[str, Any], dict[str, float], dict[str, Any]]] = {}  # caps, before, max ask
         self.drain_asked: dict[int, float] = {}
+        self.prices: dict[str, Prices] = {}
         self.last_adapt = 0.0
         if self.racer is not None:
             for key in [k for k in self.racer.race.stopped if k in by_key]:     # stopped before (a resumed run)
@@ -217,7 +218,7 @@ class DispatchLoop:
         if not specs:
             return
         p = self.by_key[key]
-        g = Session.key(p.cfg.model) if p.uses_model else "none"
+        g = _group(p)
         self.queues[g].extendleft(reversed(specs))
         for w in range(len(self.workers[g])):
             while self.busy[(g, w)] < p.cfg.cluster.episodes_per_worker and self.queues[g] \
@@ -231,7 +232,7 @@ class DispatchLoop:
         """Point ``key`` was stopped by the adaptive rule: its queued and held episodes are stored
         as ``stopped_early`` (once: a resumed run finds them stored), none is dispatched again."""
         p = self.by_key[key]
-        g = Session.key(p.cfg.model) if p.uses_model else "none"
+        g = _group(p)
         self.queues[g].extendleft(reversed(self.held.pop(key, [])))
         stored = p.store.finished_ids(config_hash=p.plan.config_hash, statuses=(STOPPED_EARLY,))
         q = self.queues[g]
@@ -290,7 +291,7 @@ class DispatchLoop:
             for q in self.by_key.values():
                 if q.budget is budget:
                     q.info["budget_lost"] = res["ledger_lost"]
-                    gq = Session.key(q.cfg.model) if q.uses_model else "none"
+                    gq = _group(q)
                     if gq in self.queues:
                         self.drop(gq, q.key, "", None)
         self.submit(g, w)
@@ -392,7 +393,7 @@ class DispatchLoop:
         """Points whose budget closed stop dispatching. The ledger is asked without waiting: its
         answer is read at a later iteration (a ledger call per iteration stood dispatch still)."""
         for p in self.by_key.values():
-            g = Session.key(p.cfg.model) if p.uses_model else "none"
+            g = _group(p)
             if p.budget is None or not any(s.point == p.key for s in self.queues[g]):
                 continue
             ref = self.budget_asks.get(p.key)
@@ -411,6 +412,12 @@ class DispatchLoop:
                 log.warning("stopping %s: %s; in-flight episodes finish, the rest never start", p.key[:6], why)
                 self.drop(g, p.key, why, "budget")
 
+    def _prices(self, p: Point) -> Prices:
+        """A point's model prices, read from its config once per dispatch (not per result)."""
+        if p.key not in self.prices:
+            self.prices[p.key] = Prices.of_model(to_plain(p.cfg.model))
+        return self.prices[p.key]
+
     def _drain(self) -> None:
         """Adaptive points under a budget stop dispatching once what is left of it would not cover
         their episodes in flight (``adaptive.drain_reason``), so those finish and the admitted
@@ -425,7 +432,7 @@ class DispatchLoop:
                 shared[id(p.budget)].append(p)
         for bid, pts in shared.items():
             keys = {p.key for p in pts}
-            groups = {Session.key(p.cfg.model) if p.uses_model else "none" for p in pts}
+            groups = {_group(p) for p in pts}
             if not any(s.point in keys for g in groups for s in self.queues[g]) and not keys & set(self.held):
                 continue
             ask = f"drain:{bid}"                  # the ledger's summary, asked again every few seconds
@@ -465,7 +472,7 @@ class DispatchLoop:
                 for p in pts:
                     log.warning("stopping %s: %s", p.key[:6], why)
                     p.info["drained"] = why
-                    self.drop(Session.key(p.cfg.model) if p.uses_model else "none", p.key, why, "budget")
+                    self.drop(_group(p), p.key, why, "budget")
 
     def _poll_live(self) -> None:
         """The workers' live counts for the progress line, without waiting: the answers to the
@@ -541,7 +548,7 @@ class DispatchLoop:
             d[0] += 1
             d[1] += row["tokens_in"]
             d[2] += row["tokens_out"]
-            d[3] += token_cost(row["tokens_in"], row["tokens_out"], Prices.of_model(to_plain(p.cfg.model)))
+            d[3] += token_cost(row["tokens_in"], row["tokens_out"], self._prices(p))
             d[4] += float(row.get("wall_time_s") or 0.0)
         mf = p.cfg.run.max_failures
         if mf and st["failures"] >= mf and any(s.point == p.key for s in self.queues[g]):
@@ -597,6 +604,11 @@ class DispatchLoop:
             p.info["service_stats"] = {k: gather_stats(h) for k, h in p.services.items()}
             p.info["dispatch_max_stall_s"] = round(self.max_stall_s, 3)
             p.info["pool_moves"] = self.moves
+
+
+def _group(p: Point) -> str:
+    """The model group whose queue and workers run point ``p`` ("none": a model-free agent)."""
+    return Session.key(p.cfg.model) if p.uses_model else "none"
 
 
 def _poll_live(workers: dict[str, list[Any]], progress: Progress) -> None:
