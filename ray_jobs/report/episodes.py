@@ -6,9 +6,9 @@ with their prompts (engine/llm/transcripts.py), its judgements with the judges' 
 calls, the per-episode metric values (with no judge, and through each judge that judged it, by
 the code ``dateline metrics`` averages), and the reference its output is compared with. It
 renders as terminal text (``dateline show RUN_DIR EPISODE``) and as a static HTML page; a
-configuration's episodes get an index page with filters by status, finish reason, error kind
-and metric value (a few lines of inline script, no server: the pages open from a folder or an
-``s3://`` mirror)."""
+configuration's episodes get an index page whose table sorts by any column and has a search and
+filters by status, error kind and metric value (list.js, inlined: ``tables``; no server, no
+network: the pages open from a folder or an ``s3://`` mirror)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from engine.protocol import Benchmark, Row
 from engine.scoring import outcomes
 from engine.scoring.judges import judged_views
 from engine.storage import EpisodeStore
+from ray_jobs.report import tables
 
 
 @dataclass
@@ -257,16 +258,6 @@ def render_html(view: EpisodeView, back: str = "") -> str:
             f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
 
 
-_FILTER_JS = """
-function f(){const s=document.getElementById('status').value,k=document.getElementById('kind').value,
-m=document.getElementById('metric').value,lo=parseFloat(document.getElementById('lo').value),
-hi=parseFloat(document.getElementById('hi').value);let n=0;
-document.querySelectorAll('tr.ep').forEach(r=>{const v=parseFloat(r.dataset['m'+m]);
-const ok=(!s||r.dataset.status===s)&&(!k||r.dataset.kind===k)&&(isNaN(lo)||v>=lo)&&(isNaN(hi)||v<=hi);
-r.style.display=ok?'':'none';n+=ok});document.getElementById('shown').textContent=n;}
-"""
-
-
 def column_label(judge: str, metric: str) -> str:
     """An index column's header: the metric, and the judge its values come from."""
     return f"{metric} [judge {judge}]" if judge else metric
@@ -284,33 +275,38 @@ def index_columns(bench: Benchmark[Any], values: Sequence[dict[str, dict[str, fl
 
 def render_index(label: str, entries: Sequence[tuple[Row, dict[str, dict[str, float]], str]],
                  columns: Sequence[tuple[str, str]], back: str = "") -> str:
-    """A configuration's episodes (row, values by judge id, page href) with filters; ``columns``:
-    (judge id, metric) pairs, each headed with its judge (:func:`column_label`)."""
+    """A configuration's episodes (row, values by judge id, page href) in a table a browser sorts
+    (a click on a header), searches and filters (by status, error kind and a metric's range: the
+    report's tables, ``tables.script``); ``columns``: (judge id, metric) pairs, each headed with
+    its judge (:func:`column_label`)."""
     statuses = sorted({str(r["status"]) for r, _, _ in entries})
     kinds = sorted({outcomes.error_kind(r) for r, _, _ in entries if r["status"] != "ok"})
-    def opts(xs: Sequence[str]) -> str:
-        return "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs)
-    metric_opts = "".join(f'<option value="{i}">{_e(column_label(j, m))}</option>' for i, (j, m) in enumerate(columns))
+    def select(name: str, attr: str, xs: Sequence[str]) -> str:
+        return (f'{name} <select id="{attr}" data-filter-of="episodes" data-attr="{attr}"><option value="">any</option>'
+                + "".join(f'<option value="{_e(x)}">{_e(x)}</option>' for x in xs) + "</select> ")
+    fixed = ["episode", "task", "seed", "status", "finish", "error kind"]
+    score = " ".join(str(len(fixed) + i) for i in range(len(columns)))
+    # the controls show once the script ran (tables.js fills in the search and the metric filter)
     head = (f"<h1>Episodes: {_e(label)}</h1>" + (f'<p><a href="{_e(back)}">&larr; report</a></p>' if back else "")
-            + '<p>status <select id="status" onchange="f()"><option value="">any</option>' + opts(statuses)
-            + '</select> error kind <select id="kind" onchange="f()"><option value="">any</option>' + opts(kinds)
-            + '</select> metric <select id="metric" onchange="f()">' + metric_opts
-            + '</select> from <input id="lo" size="5" oninput="f()"> to <input id="hi" size="5" oninput="f()"> '
-            + f'<span id="shown">{len(entries)}</span> of {len(entries)} shown</p>')
+            + '<p id="filters" class="dl-tools" hidden>' + select("status", "status", statuses)
+            + select("error kind", "kind", kinds) + "</p>"
+            + f'<p><span id="shown">{len(entries)}</span> of {len(entries)} shown</p>')
     rows = []
     for r, vals, href in entries:
         cells = [vals.get(j, {}).get(m) for j, m in columns]
-        data = " ".join(f'data-m{i}="{v:.6g}"' for i, v in enumerate(cells) if v is not None)
         kind = outcomes.error_kind(r) if r["status"] != "ok" else ""
-        rows.append(f'<tr class="ep" data-status="{_e(r["status"])}" data-kind="{_e(kind)}" {data}>'
+        # data-v: the value sorted and filtered on (the cell shows it rounded)
+        rows.append(f'<tr class="ep" data-status="{_e(r["status"])}" data-kind="{_e(kind)}">'
                     f'<td><a href="{_e(href)}">{_e(str(r["episode_id"])[:16])}</a></td><td>{_e(r["task_id"])}</td>'
                     f'<td>{_e(r["seed"])}</td><td>{_e(r["status"])}</td><td>{_e(r["finish_reason"])}</td>'
-                    f'<td>{_e(kind)}</td>' + "".join(f'<td>{v:.3g}</td>' if v is not None else "<td></td>"
-                                                     for v in cells) + "</tr>")
-    table = ("<table><tr><th>episode</th><th>task</th><th>seed</th><th>status</th><th>finish</th><th>error kind</th>"
-             + "".join(f"<th>{_e(column_label(j, m))}</th>" for j, m in columns) + "</tr>" + "".join(rows) + "</table>")
-    return (f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(label)}</title><style>{_CSS}</style>'
-            f"<script>{_FILTER_JS}</script></head><body>{head}{table}</body></html>")
+                    f'<td>{_e(kind)}</td>' + "".join(f'<td data-v="{v:.6g}">{v:.3g}</td>' if v is not None
+                                                     else "<td></td>" for v in cells) + "</tr>")
+    table = (f'<table id="episodes" data-score="{score}" data-score-label="metric" data-tools="filters" '
+             'data-shown="shown"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in fixed)
+             + "".join(f"<th>{_e(column_label(j, m))}</th>" for j, m in columns) + "</tr></thead><tbody>"
+             + "".join(rows) + "</tbody></table>")
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(label)}</title>'
+            f"<style>{_CSS}\n{tables.CSS}</style></head><body>{head}{table}{tables.script()}</body></html>")
 
 
 def dir_key(root: Path | str) -> str:

@@ -1,5 +1,6 @@
 """The report page: Markdown and HTML assembled side by side, figures saved as PNG next to them
-and embedded in the HTML, and the number formats every section uses."""
+and embedded in the HTML, tables sortable, searchable and filterable in a browser (``tables``),
+and the number formats every section uses."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.scoring import stats
+from ray_jobs.report import tables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,9 +57,8 @@ class Page:
         md = [[f"[{c.text}]({c.href})" if isinstance(c, Link) else str(c) for c in r] for r in rows]
         self.md.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
                        + "".join("| " + " | ".join(r) + " |\n" for r in md))
-        self.html.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                         + "".join("<tr>" + "".join(_link_td(c) if isinstance(c, Link) else _td(str(c)) for c in r)
-                                   + "</tr>" for r in rows) + "</table>")
+        self.html.append(_table(header, [[_link_td(c) if isinstance(c, Link) else _td(str(c)) for c in r]
+                                         for r in rows]))
 
     def markdown_table(self, md: str) -> None:
         """A table a benchmark wrote as Markdown (its paper layout), as is and as HTML."""
@@ -93,8 +94,10 @@ table{{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.86em}}
 th,td{{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}} th{{background:#f3f3f3}}
 tr:nth-child(even) td{{background:#fafafa}} figure{{margin:1em 0}} img{{max-width:100%}}
 figcaption{{font-size:.85em;color:#555}} p{{max-width:60em}} td.incomplete{{background:#fde2e1 !important;color:#8a1c14}}
+{tables.CSS}
 </style></head><body><h1>{html.escape(title)}</h1>
 {chr(10).join(self.html)}
+{tables.script() if any("<thead>" in h for h in self.html) else ""}
 </body></html>"""
         path = self.out / f"{name}.html"
         path.write_text(page)
@@ -107,8 +110,14 @@ def md_table_html(md: str) -> str:
         return f"<pre>{html.escape(md)}</pre>"
     cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
     head, body = cells[0], cells[2:]
-    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in body) + "</table>")
+    return _table(head, [[_td(c) for c in r] for r in body])
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table of header names and rows of ready cells (``<td>...</td>``). Its ``<thead>`` is what
+    makes it sortable, searchable and filterable in a browser (``tables.script``)."""
+    return ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(r) + "</tr>" for r in rows) + "</tbody></table>")
 
 
 def _link_td(c: Link) -> str:

@@ -161,7 +161,8 @@ def test_analyst_each_judge_is_shown_under_its_own_evaluation_settings(tmp_path)
     picks = [i for i, label in enumerate(head[6:]) if label.startswith("hallucination_pct [judge ")]
     with Browser() as b:
         shown = [b.open(tmp_path / "report" / href, wait_for=(
-            f"(document.getElementById('metric').value='{i}', document.getElementById('lo').value='10', f(), true)")
+            f"(document.getElementById('episodes-column').value='{6 + i}', document.getElementById('episodes-from')"
+            ".value='10', document.getElementById('episodes-from').dispatchEvent(new Event('input')), true)")
         ).text for i in picks]
     by_label = dict(zip((head[6 + i] for i in picks), shown))
     assert "1 of 1 shown" in by_label[f"hallucination_pct [judge {by_max[40]}]"]
