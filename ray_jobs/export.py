@@ -1,4 +1,6 @@
-"""``dateline export --to mlflow|wandb RUN_DIR``: a run dir into an experiment tracker.
+"""``dateline export --to mlflow|wandb|inspect RUN_DIR``: a run dir into an experiment tracker, or
+into inspect_ai eval logs (``ray_jobs/export_inspect.py``: one log per configuration, a sample per
+episode, for ``inspect view``).
 
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run,
 with the numbers every other reader shows (the metrics table of ``engine/scoring/metric_table.py``: the
@@ -16,7 +18,10 @@ same values, scopes, counts and marks as ``dateline tables``, the report and the
   report prints them), ``dateline.n_outside_plan`` (stored episodes outside the plan) and
   ``dateline.n_judged`` (the episodes its judge saw; also metrics); and the marks are in the run's
   name (``livenews scripted [judge grader:ab12] [INCOMPLETE]``);
-* the transcripts (the calls and the messages they refer to, as Parquet) as an artifact.
+* the transcripts (the calls and the messages they refer to, as Parquet) as an artifact;
+* W&B also gets a per-sample table (history key ``samples``, as lm-eval logs one): a row per episode
+  with its task and episode id, status, final output, reference, each per-episode metric value under
+  the run's judge and that judge's verdicts with their text (``sample_rows``).
 
 Exporting again updates the same tracker runs (found by the tag ``dateline.key``: run dir,
 benchmark, configuration, judge) instead of adding new ones. MLflow logs to ``--tracking-uri``
@@ -31,7 +36,7 @@ import math
 import os
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.scoring import outcomes
+from ray_jobs import export_inspect
+from ray_jobs.report.episodes import EpisodeView
+
+# the W&B history key of a configuration's per-sample table
+SAMPLES_KEY = "samples"
 
 # metric-row columns that are counts of the plan (metrics) rather than values
 _COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_stopped_early", "n_not_run")
@@ -85,6 +95,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         if c.n_judged is not None:
             metrics["n_judged"] = float(c.n_judged)
         interval: dict[str, str] = {}
+        values: list[dict[str, Any]] = []          # what `metrics` holds, one entry per metric row (inspect's results)
         ad = (adaptive.get("configurations") or {}).get(h) if adaptive.get("benchmark") == bench else None
         if ad is not None:
             m = adaptive["metric"]
@@ -112,6 +123,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 metrics[f"{m}.lo"], metrics[f"{m}.hi"] = float(lo), float(hi)
             if r.get("interval"):
                 interval[f"{m}.interval"] = r["interval"]          # exact | bootstrap | too_few_tasks
+            values.append({"metric": r["metric"], "scope": outcomes.COMMON if prefix else outcomes.ALL,
+                           "value": float(r["value"]), "n": int(r["n"]), "lo": metrics.get(f"{m}.lo"),
+                           "hi": metrics.get(f"{m}.hi"), "interval": r.get("interval") or ""})
         tags = interval | {"dateline.incomplete": str(c.incomplete).lower(),
                 "dateline.self_judged": str(bool(first["self_judged"])).lower(),
                 "dateline.marks": ", ".join(marks) or "none",
@@ -126,7 +140,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 + "".join(f" [{m}]" for m in marks))
         yield {"name": name, "params": params, "metrics": metrics, "tags": tags,
                "episodes": episodes[(bench, h)],
-               "config_hash": h, "benchmark": bench}
+               "config_hash": h, "benchmark": bench, "judge": judge, "row": first, "values": values}
 
 
 def _transcripts(run_dir: str, episode_ids: list[str], out: Path) -> list[Path]:
@@ -149,25 +163,57 @@ def _param(v: Any) -> str:
 
 
 def export(run_dir: str, to: str, experiment: str = "dateline", tracking_uri: str | None = None,
-           wandb_dir: str | None = None) -> list[str]:
-    """Log every configuration of ``run_dir`` to ``to`` (mlflow | wandb); what was logged, a line each."""
+           wandb_dir: str | None = None, log_dir: str | None = None) -> list[str]:
+    """Log every configuration of ``run_dir`` to ``to`` (mlflow | wandb), or write it as inspect eval
+    logs (``inspect``: into ``log_dir``, default ``RUN_DIR/_inspect``); what was done, a line each."""
     from engine.storage import is_run_dir
 
     if not is_run_dir(run_dir):
         from ray_jobs.cli_errors import CliError
 
         raise CliError(f"no run dir at {run_dir} (no episodes/ folder there)")
+    if to not in ("mlflow", "wandb", "inspect"):
+        raise ValueError(f"export: unknown tracker {to!r}")
+    if to == "inspect":
+        return export_inspect.write_logs(run_dir, list(_records(run_dir)), log_dir)
     lines = []
+    views: dict[tuple[str, str], list[EpisodeView]] = {}       # a configuration's episodes (W&B's tables)
     with tempfile.TemporaryDirectory(prefix="dateline-export-") as tmp:
         for i, rec in enumerate(_records(run_dir)):
             files = _transcripts(run_dir, rec["episodes"], Path(tmp) / str(i))
             if to == "mlflow":
                 lines.append(_mlflow(rec, files, experiment, tracking_uri))
-            elif to == "wandb":
-                lines.append(_wandb(rec, files, experiment, wandb_dir))
             else:
-                raise ValueError(f"export: unknown tracker {to!r}")
+                key = (rec["benchmark"], rec["config_hash"])
+                if key not in views:
+                    views[key] = export_inspect.views(run_dir, *key)
+                lines.append(_wandb(rec, files, experiment, wandb_dir, views[key]))
     return lines
+
+
+def sample_rows(rec: Mapping[str, Any], views: list[EpisodeView]) -> tuple[list[str], list[list[Any]]]:
+    """The per-sample table of one configuration seen through one judge (lm-eval's W&B tables):
+    columns and one row per episode: task and episode id, seed, status, finish reason, error kind,
+    final output, reference, each per-episode metric value under the record's judge (the values
+    ``dateline show`` prints; an episode that judge did not see: its unjudged values; a failed one:
+    none), and each of that judge's verdicts with the judge's own text."""
+    judge = str(rec["judge"])
+    vals = [v.values.get(judge) or v.values.get("") or {} for v in views]
+    metrics = sorted({m for d in vals for m in d})
+    keys = sorted({k for v in views for (j, k) in export_inspect.verdicts(v) if j == judge}) if judge else []
+    columns = ["task_id", "episode_id", "seed", "status", "finish_reason", "error_kind", "output", "reference",
+               *metrics, *(c for k in keys for c in (f"verdict.{k}", f"verdict.{k}.explanation"))]
+    rows = []
+    for v, d in zip(views, vals):
+        r, verdict = v.row, export_inspect.verdicts(v)
+        row = [r["task_id"], v.episode_id, r["seed"], r["status"], r["finish_reason"],
+               outcomes.error_kind(r) if r["status"] != "ok" else "", r["output"] or "", v.reference,
+               *(d.get(m) for m in metrics)]
+        for k in keys:
+            j = verdict.get((judge, k))
+            row += [j["value"] if j else None, str(j["raw_output"] or "") if j else None]
+        rows.append(row)
+    return columns, rows
 
 
 def _mlflow(rec: dict[str, Any], files: list[Path], experiment: str, tracking_uri: str | None) -> str:
@@ -196,7 +242,8 @@ def _mlflow(rec: dict[str, Any], files: list[Path], experiment: str, tracking_ur
         return f"mlflow {uri}: {what} {run.info.run_id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts)"
 
 
-def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str | None) -> str:
+def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str | None,
+           views: list[EpisodeView]) -> str:
     import wandb
 
     mode: Any = os.environ.get("WANDB_MODE", "offline")
@@ -213,6 +260,10 @@ def _wandb(rec: dict[str, Any], files: list[Path], project: str, wandb_dir: str 
         for f in files:
             art.add_file(str(f))
         run.log_artifact(art)
-        return f"wandb ({mode}) {d}: run {run.id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts)"
+        columns, rows = sample_rows(rec, views)
+        names: list[str | int] = [*columns]
+        run.log({SAMPLES_KEY: wandb.Table(columns=names, data=rows)})
+        return (f"wandb ({mode}) {d}: run {run.id} {rec['name']} ({len(rec['metrics'])} metrics, transcripts, "
+                f"{len(rows)} samples)")
     finally:
         run.finish()
