@@ -22,6 +22,7 @@ import numpy as np
 
 from engine.protocol import DocHit
 from engine.runtime.actors import Replicas, by_name, remember, resolve, unique_name
+from engine.runtime.logs import configure as configure_logging
 from engine.runtime.replicas import Balanced
 from indexes.corpus import Document, content_hash
 from indexes.embeddings import Embedder, EmbeddingCache, embed_with_cache
@@ -97,7 +98,7 @@ class IndexService:
 
     def __init__(self, docs: Sequence[Document] | CorpusSource, model_name: str, device: str, batch_size: int,
                  cache_dir: str | None, threads: int = 0, after: Any = None, seed_dir: str | None = None) -> None:
-        logging.basicConfig(level=logging.INFO)
+        configure_logging()
         if after is not None:     # another replica embeds the corpus into the shared cache first
             import ray
 

@@ -12,21 +12,32 @@ line naming the field or file and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
+from engine.runtime.logs import configure as configure_logging
 from ray_jobs import cli_commands as commands
 from ray_jobs.cli_errors import CliError
 from ray_jobs.provenance import dateline_version as version
 
 HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
+HYDRA_HELP: dict[str, tuple[str, list[tuple[str, str]]]] = {}    # (what it does, its own options) per command
+OWN_PARSERS = ("report", "convert-realtimeqa")        # their options are defined with their code
+REPORT_HELP = ("HTML + Markdown report of run and pairwise dirs: metrics with intervals, paired tests, plots, a "
+               "page per episode (sortable, searchable tables)")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a mistake on one line (what is wrong, and where the help is) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dateline", description="Distributed batch evaluation of search-and-write LLM "
+    p = OneLineParser(prog="dateline", description="Distributed batch evaluation of search-and-write LLM "
                                 "agents (newsagent, livenews, analyst). `dateline COMMAND --help` for each command.")
     p.add_argument("--version", action="version", version=f"dateline {version()}")
     p.add_argument("--log-level", default=os.environ.get("DATELINE_LOG_LEVEL", "INFO"),
@@ -47,13 +58,16 @@ def _hydra_commands(sub: Any) -> None:
         if extra:
             extra(c)
         c.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides: GROUP=OPTION, FIELD=VALUE, -m")
+        HYDRA_HELP[name] = (help_, [(" ".join([a.option_strings[-1], *([a.metavar or a.dest.upper()] if a.nargs != 0
+                                                                         else [])]), a.help or "")
+                                    for a in c._actions if a.option_strings and a.dest not in ("help", "overrides")])
 
     hydra_cmd("run", "run a benchmark: generate what is missing, judge, reduce metrics (e.g. benchmark=livenews "
               "agent=livenews); exit status 1 when an episode failed (run.fail_on_error) or the run stopped at "
               "run.max_failures")
     hydra_cmd("estimate", "run a pilot of --tasks N tasks per configuration (-m: per sweep point) into RUN_DIR/_pilot "
               "and print the projected tokens, time and cost of the full run",
-              lambda c: c.add_argument("--tasks", type=int, default=3, help="pilot tasks per configuration (default 3)"))
+              lambda c: c.add_argument("--tasks", type=int, default=3, metavar="N", help="pilot tasks per configuration (default 3)"))
     hydra_cmd("pairwise", "judge finished runs two at a time (conf/pairwise.yaml), e.g. runs=[runs/a,runs/b] "
               "out=runs/pairwise both_orders=true")
     hydra_cmd("analyst-checklists", "build the missing analyst checklists (one per task, fixed for every system and "
@@ -67,23 +81,24 @@ def _run_dir_commands(sub: Any) -> None:
                                    "them. The flags change this output only: nothing is written, and `dateline "
                                    "tables`, the report and the API keep the default view.")
     m.add_argument("run_dir")
-    m.add_argument("benchmark")
+    m.add_argument("benchmark", nargs="?", help="only this benchmark's episodes (default: every benchmark the run dir "
+                                                "holds; one it does not hold is an error)")
     m.add_argument("--judge", help="keep one judge: its id, an id prefix or its model name")
     m.add_argument("--score-failures", choices=("as_wrong", "exclude"),
                    help="what planned episodes without a scored result count as (default: each plan's)")
-    m.add_argument("legacy", nargs="*", help=argparse.SUPPRESS)        # judge=J score_failures=X, as before
+    m.add_argument("legacy", nargs="*", default=[], help=argparse.SUPPRESS)        # judge=J score_failures=X, as before
 
     t = sub.add_parser("tables", help="the benchmarks' paper-layout tables (Markdown) from a run dir's metrics",
                        description="Paper-layout tables from RUN_DIR's metrics, one set per judge: compared "
                                    "configurations on the tasks all of them finished, with the counts each number "
                                    "is over.")
     t.add_argument("run_dir")
-    t.add_argument("benchmark", nargs="?")
+    t.add_argument("benchmark", nargs="?", help="only this benchmark's tables (default: every benchmark the run dir "
+                                                "holds; one it does not hold is an error)")
     t.add_argument("--all-tasks", action="store_true", help="each configuration over its own plan")
 
-    r = sub.add_parser("report", help="HTML + Markdown report of run and pairwise dirs (see `dateline report --help`)",
-                       add_help=False)
-    r.add_argument("args", nargs=argparse.REMAINDER)
+    # its own options come from ray_jobs/report (imported only for this command: see _own_parser)
+    sub.add_parser("report", help=REPORT_HELP, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
 
     sh = sub.add_parser("show", help="list a run dir's episodes, or print one episode's transcript",
                         description="Without EPISODE: the episodes of RUN_DIR. With EPISODE (an id or a prefix): its "
@@ -99,12 +114,16 @@ def _run_dir_commands(sub: Any) -> None:
     rp.add_argument("run_dir")
     rp.add_argument("--dry-run", action="store_true", help="only say which")
 
-    ex = sub.add_parser("export", help="log a run dir to MLflow or W&B: params, metrics with intervals, transcripts",
-                        description="Log each configuration of RUN_DIR as a run of an experiment tracker: its "
-                                    "parameters, its metrics (with 95% intervals and counts) and the transcripts "
-                                    "table as an artifact.")
+    ex = sub.add_parser("export", help="a run dir into inspect's eval logs (`inspect view`), MLflow or W&B",
+                        description="--to inspect: one inspect_ai eval log per configuration of RUN_DIR, a sample "
+                                    "per episode (messages, tool calls, scores, the judges' explanations, tokens, "
+                                    "errors, provenance), for `inspect view`. --to mlflow / wandb: each "
+                                    "configuration as a run of an experiment tracker: its parameters, its metrics "
+                                    "(with 95% intervals and counts), the transcripts as an artifact and (W&B) a "
+                                    "per-sample table.")
     ex.add_argument("run_dir")
-    ex.add_argument("--to", required=True, choices=("mlflow", "wandb"))
+    ex.add_argument("--to", required=True, choices=("inspect", "mlflow", "wandb"))
+    ex.add_argument("--log-dir", help="where the inspect logs go (default: RUN_DIR/_inspect)")
     ex.add_argument("--experiment", default="dateline", help="experiment (MLflow) or project (W&B) name")
     ex.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlruns)")
     ex.add_argument("--dir", help="where W&B puts its wandb/ folder (default: the current directory); WANDB_MODE is honoured")
@@ -123,8 +142,8 @@ def _other_commands(sub: Any) -> None:
     rr.add_argument("--min-tasks", type=int, default=10, help="no decision before this many tasks (default 10)")
     rr.add_argument("--seed", type=int, default=0, help="seed of the random orders")
 
-    cv = sub.add_parser("convert-realtimeqa", help="RealTimeQA dumps -> a newsagent dataset folder", add_help=False)
-    cv.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("convert-realtimeqa", help="RealTimeQA dumps -> a newsagent dataset folder",
+                   add_help=False).add_argument("args", nargs=argparse.REMAINDER)
 
     dr = sub.add_parser("doctor", help="what this machine gives a CPU replica (flags, cores, memory, dtype, threads, "
                         "KV cache) and a ~10 s probe of the model's prompt and decode tokens/s",
@@ -142,9 +161,7 @@ def _split_hydra(argv: list[str]) -> tuple[list[str], list[str]] | None:
     options), (the Hydra overrides, in order, ``-m`` included); None for other commands. argparse
     would take an override that starts with ``-`` (``-m``, ``--multirun``) after an option for an
     option of its own."""
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] == "--log-level" else 1
+    i = _command_at(argv)
     if i >= len(argv) or argv[i] not in HYDRA_COMMANDS:
         return None
     cmd, own, overrides = argv[i], [], []
@@ -159,15 +176,47 @@ def _split_hydra(argv: list[str]) -> tuple[list[str], list[str]] | None:
     return argv[:i + 1] + own, overrides
 
 
+def _command_at(argv: list[str]) -> int:
+    """Where the command is in ``argv`` (after the global options)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] == "--log-level" else 1
+    return i
+
+
+def _own_parser(cmd: str) -> tuple[argparse.ArgumentParser, Callable[[list[str]], list[str]]]:
+    """The parser of a command whose options live with its module (imported only when it runs, so
+    that ``dateline`` starts fast), and what rewrites older forms of its arguments first."""
+    if cmd == "report":
+        from ray_jobs import report
+
+        p = OneLineParser(prog="dateline report", description=REPORT_HELP)
+        report.add_arguments(p)
+        p.set_defaults(own_run=report.run)
+        return p, report.older_forms
+    else:
+        from engine.benchmarks.newsagent import realtimeqa
+
+        p = OneLineParser(prog=f"dateline {cmd}", description=realtimeqa.DESCRIPTION)
+        realtimeqa.add_arguments(p)
+        p.set_defaults(own_run=realtimeqa.run)          # its exit code: 2 on bad data
+        return p, list
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = parser()
     split = _split_hydra(argv)
-    if split is None:
-        a = p.parse_args(argv)
-    else:
+    i = _command_at(argv)
+    if split is not None:
         a = p.parse_args(split[0])
         a.overrides = split[1]
+    elif i < len(argv) and argv[i] in OWN_PARSERS:
+        a = p.parse_args(argv[:i + 1])
+        own, prepare = _own_parser(argv[i])
+        vars(a).update(vars(own.parse_args(prepare(argv[i + 1:]))))
+    else:
+        a = p.parse_args(argv)
     _logging(a.log_level)
     try:
         return _dispatch(a)
@@ -189,38 +238,24 @@ def _logging(level: str) -> None:
     # no colour codes in redirected output (Ray colours its workers' log prefixes)
     if not sys.stderr.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    root = logging.getLogger()
-    if not any(isinstance(h, _Stderr) for h in root.handlers):
-        h = _Stderr()
-        h.setFormatter(logging.Formatter("[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S"))
-        if not root.handlers:            # the first configuration (a CLI process): ours
-            root.addHandler(h)
-            root.setLevel(getattr(logging, level))
-
-
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Logs to whatever ``sys.stderr`` is when a record is written (``main`` also runs in-process,
-    under test capture or a notebook), never to a stream that was closed since."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
+    configure_logging(level)
 
 
 def _dispatch(a: argparse.Namespace) -> int:
     cmd = a.command
     if cmd in HYDRA_COMMANDS:
-        overrides = list(a.overrides)
-        if a.help or "--help" in overrides or "-h" in overrides:
-            from ray_jobs.configs import config_help
+        from ray_jobs.configs import check_overrides, config_help
 
-            sys.stdout.write(config_help("pairwise" if cmd == "pairwise" else "config",
-                                         [o for o in overrides if o not in ("-h", "--help")], f"dateline {cmd}"))
+        overrides = list(a.overrides)
+        name = "pairwise" if cmd == "pairwise" else "config"
+        if a.help or "--help" in overrides or "-h" in overrides:
+            description, options = HYDRA_HELP[cmd]
+            sys.stdout.write(config_help(name, [o for o in overrides if o not in ("-h", "--help")], f"dateline {cmd}",
+                                         description, options))
             return 0
+        # a misspelt field, group or option: one line, exit 2, before anything starts or is created
+        check_overrides(name, [*(["benchmark=analyst", "agent=analyst"] if cmd == "analyst-checklists" else []),
+                               *overrides])
         if cmd == "run":
             from ray_jobs.run.entry import hydra_entry
 
@@ -243,10 +278,8 @@ def _dispatch(a: argparse.Namespace) -> int:
         return commands.metrics(a)
     if cmd == "tables":
         return commands.tables(a.run_dir, a.benchmark, a.all_tasks)
-    if cmd == "report":
-        from ray_jobs.report import main as report_main
-
-        return report_main(a.args)
+    if cmd in OWN_PARSERS:
+        return int(a.own_run(a))
     if cmd == "show":
         return commands.show(a)
     if cmd == "repair":
@@ -254,7 +287,8 @@ def _dispatch(a: argparse.Namespace) -> int:
     if cmd == "export":
         from ray_jobs.export import export
 
-        for line in export(a.run_dir, a.to, a.experiment, tracking_uri=a.tracking_uri, wandb_dir=a.dir):
+        for line in export(a.run_dir, a.to, a.experiment, tracking_uri=a.tracking_uri, wandb_dir=a.dir,
+                           log_dir=a.log_dir):
             sys.stdout.write(line + "\n")
         return 0
     if cmd == "doctor":
@@ -268,10 +302,6 @@ def _dispatch(a: argparse.Namespace) -> int:
         from ray_jobs.race_replay import run as race_replay
 
         return race_replay(a)
-    if cmd == "convert-realtimeqa":
-        from engine.benchmarks.newsagent import realtimeqa
-
-        return realtimeqa.main(a.args)          # its exit code: 2 on bad data
     raise CliError(f"unknown command {cmd!r}")
 
 

@@ -21,16 +21,11 @@ def _require_run_dir(path: str, table: str = "episodes") -> None:
 
 
 def metrics(a: argparse.Namespace) -> int:
-    """``dateline metrics RUN_DIR BENCHMARK [--judge J] [--score-failures X]``: compute and print
-    a run's metrics table under these flags (nothing is written)."""
-    from engine.benchmarks import get_benchmark
-    from engine.scoring.judges import SELF_JUDGED
-    from engine.scoring.outcomes import count_notes, interval_cell, n_cell
-    from engine.scoring.views import first_per_config
-    from engine.storage import EpisodeStore
-    from ray_jobs.run.results import reduce_metrics
-
+    """``dateline metrics RUN_DIR [BENCHMARK] [--judge J] [--score-failures X]``: compute and print
+    a run's metrics table under these flags (nothing is written); the run dir knows its benchmark."""
     judge, policy = a.judge, a.score_failures
+    if a.benchmark and "=" in a.benchmark:           # no benchmark, then the older forms
+        a.legacy, a.benchmark = [a.benchmark, *a.legacy], None
     for x in a.legacy:                  # the older judge=J / score_failures=X forms
         k, _, v = x.partition("=")
         if k == "judge" and v:
@@ -40,24 +35,48 @@ def metrics(a: argparse.Namespace) -> int:
         else:
             raise CliError(f"unexpected argument {x!r} (see dateline metrics --help)")
     _require_run_dir(a.run_dir)
-    bench = get_benchmark(a.benchmark)
-    store = EpisodeStore(a.run_dir, bench.episode_fields)
-    # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
-    rows = reduce_metrics(store, a.benchmark, judge, policy)
-    mine = [r for r in rows if r.get("scope") == "all"]
-    sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
-                           [(r["model"], r["config_hash"],
-                             (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
-                             r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
-    for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
-        sys.stdout.write(note + "\n")
-    for r in first_per_config(mine):                # its judge's coverage, its plan
-        for note in count_notes(r):
-            sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")
-    if any(r["self_judged"] for r in rows):
-        sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
-                         "test; they are not measurements of quality.\n")
+    from engine.benchmarks import get_benchmark
+    from engine.scoring.judges import SELF_JUDGED
+    from engine.scoring.metric_table import store_benchmarks
+    from engine.scoring.outcomes import count_notes, interval_cell, n_cell
+    from engine.scoring.views import first_per_config
+    from engine.storage import EpisodeStore
+    from ray_jobs.run.results import reduce_metrics
+
+    names = _pick(store_benchmarks(EpisodeStore(a.run_dir)), a.run_dir, a.benchmark)
+    if not names:
+        sys.stderr.write(f"{a.run_dir}: no episodes yet\n")
+        return 1
+    for i, name in enumerate(names):
+        if len(names) > 1:
+            sys.stdout.write(("\n" if i else "") + f"## {name}\n")
+        bench = get_benchmark(name)
+        store = EpisodeStore(a.run_dir, bench.episode_fields)
+        # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
+        rows = reduce_metrics(store, name, judge, policy)
+        mine = [r for r in rows if r.get("scope") == "all"]
+        sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
+                               [(r["model"], r["config_hash"],
+                                 (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
+                                 r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
+        for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
+            sys.stdout.write(note + "\n")
+        for r in first_per_config(mine):                # its judge's coverage, its plan
+            for note in count_notes(r):
+                sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")
+        if any(r["self_judged"] for r in rows):
+            sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
+                             "test; they are not measurements of quality.\n")
     return 0
+
+
+def _pick(have: list[str], run_dir: str, benchmark: str | None) -> list[str]:
+    """The benchmarks to print: those whose episodes RUN_DIR holds (the run dir knows them), or the
+    one named, which must be among them."""
+    if benchmark is not None and benchmark not in have:
+        raise CliError(f"{run_dir} has no {benchmark} episodes (it has: {', '.join(have) or 'none'}); "
+                       "leave the benchmark out: the run dir knows it")
+    return [benchmark] if benchmark else have
 
 
 def show(a: argparse.Namespace) -> int:
@@ -182,10 +201,7 @@ def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:
 
     _require_run_dir(run_dir)
     store = EpisodeStore(run_dir)
-    have = store_benchmarks(store)
-    if benchmark is not None and benchmark not in have:
-        raise CliError(f"{run_dir} has no {benchmark} episodes (it has: {', '.join(have) or 'none'})")
-    names = [benchmark] if benchmark else have
+    names = _pick(store_benchmarks(store), run_dir, benchmark)
     if not names:
         sys.stderr.write(f"{run_dir}: no episodes yet\n")
         return 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import difflib
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
 
 from engine.benchmarks import extra_conf_dirs, get_benchmark, runnable_benchmarks
@@ -24,8 +28,11 @@ from engine.config import (
     StopConfig,
     SweepConfig,
 )
+from engine.errors import ConfigError
+from engine.inputs.paths import conf_dir
+from engine.runtime.logs import configure as configure_logging
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = str(conf_dir())
 _registered = False
 _benchmarks: set[str] = set()
 
@@ -86,7 +93,6 @@ def _compose(config_name: str, overrides: Sequence[str]) -> Any:
     the second is Hydra's own ``_apply_overrides_to_config`` on a copy, as Hydra runs it.
     ``tests/engine/config/test_config.py`` checks the result equals a plain Hydra compose."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
 
     register()
@@ -178,7 +184,7 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name=config_name)
     def _main(dcfg: DictConfig) -> None:
         _redact_multirun_yaml()
-        logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+        configure_logging()
         for name in ("httpx", "httpx2", "openai", "faiss.loader", "sentence_transformers", "urllib3"):
             logging.getLogger(name).setLevel(logging.WARNING)
         from engine.inputs.hub import resolve_config
@@ -234,16 +240,20 @@ def _options(group: str) -> list[str]:
     return sorted({f.stem for d in dirs for f in (d / group).glob("*.yaml")})
 
 
-def config_help(config_name: str, overrides: Sequence[str], prog: str) -> str:
-    """What ``prog --help`` prints: the user-facing config groups with their options, then every
-    field of the composed config (with these overrides: ``benchmark=livenews`` shows livenews's
-    fields) with its value and its description."""
-    import dataclasses
-
+def config_help(config_name: str, overrides: Sequence[str], prog: str, description: str = "",
+                options: Sequence[tuple[str, str]] = ()) -> str:
+    """What ``prog --help`` prints: what the command does, its own options, the user-facing config
+    groups with their options, then every field of the composed config (with these overrides:
+    ``benchmark=livenews`` shows livenews's fields) with its value and its description."""
     cfg = _compose(config_name, [o for o in overrides if not o.startswith("-")])
     groups = USER_GROUPS.get(config_name, ())
-    out = [f"usage: {prog} [-m] [GROUP=OPTION ...] [FIELD=VALUE ...]", "",
-           "Config groups (GROUP=OPTION picks a file of conf/GROUP/):"]
+    own = "".join(f" [{flag}]" for flag, _ in options)
+    out = [f"usage: {prog}{own} [-m] [GROUP=OPTION ...] [FIELD=VALUE ...]", ""]
+    if description:
+        out += [description, ""]
+    out += ["Options:", "  -h, --help  this help", "  -m          sweep: every combination of the a,b,c values given"]
+    out += [f"  {flag}  {text}" for flag, text in options]
+    out += ["", "Config groups (GROUP=OPTION picks a file of conf/GROUP/):"]
     for g in groups:
         current = getattr(getattr(cfg, g, None), "name", "") if g in ("benchmark",) else ""
         out.append(f"  {g:10} {', '.join(_options(g))}" + (f"   (now: {current})" if current else ""))
@@ -270,3 +280,64 @@ def config_help(config_name: str, overrides: Sequence[str], prog: str) -> str:
         walk(cfg, "")
     out += ["", "Hydra's own flags (--cfg job, --info, -m) work as with any Hydra app. Docs: README.md, docs/design/."]
     return "\n".join(out) + "\n"
+
+
+# -- mistakes in overrides: one line, "did you mean" --------------------------------------------------
+def check_overrides(config_name: str, overrides: Sequence[str]) -> None:
+    """Compose ``overrides`` (every value of a ``-m`` sweep) before Hydra runs, and turn a mistake
+    into a :class:`~engine.errors.ConfigError` of one line that names the override, and for a
+    misspelt field, group or option what was probably meant. Hydra itself would print 7-20 lines with
+    a ``+key`` hint and exit 1, the status of failed episodes."""
+    given = [o for o in overrides if o not in ("-m", "--multirun") and not o.startswith("hydra.")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(given)
+    except OverrideParseException as e:
+        raise ConfigError(f"cannot parse an override ({' '.join(str(e).split())})") from None
+    # each value of each sweep override once, the other sweep overrides at their first value
+    values = {i: [f"{given[i].split('=', 1)[0]}={x}" for x in o.sweep_string_iterator()]
+              for i, o in enumerate(parsed) if o.is_sweep_override()}
+    base = [values[i][0] if i in values and values[i] else o for i, o in enumerate(given)]
+    variants = [base] + [[*base[:i], x, *base[i + 1:]] for i, xs in values.items() for x in xs[1:]]
+    for v in variants:
+        try:
+            _compose(config_name, v)
+        except HydraException as e:
+            raise ConfigError(explain(config_name, v, e)) from None
+        except Exception as e:          # omegaconf's own (a value of the wrong type in a structured config)
+            key = getattr(e, "full_key", None)
+            raise ConfigError(f"{key + ': ' if key else ''}{' '.join(str(e).split(chr(10))[0].split())}") from None
+
+
+def _close(word: str, options: Sequence[str]) -> str:
+    near = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def explain(config_name: str, overrides: Sequence[str], e: BaseException) -> str:
+    """One line for a Hydra composition error."""
+    first = " ".join(str(e).strip().splitlines()[0].split()) if str(e).strip() else type(e).__name__
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
+        group, option = e.missing_cfg_file.rsplit("/", 1)
+        options = [o for o in (e.options or _options(group)) if not o.endswith("_schema")]
+        return f"{group}={option}: no such option of {group}{_close(option, options)}; options: {', '.join(options)}"
+    cause = e.__cause__ or e.__context__
+    key = getattr(cause, "full_key", None)
+    if not key:
+        return first
+    if "not in" not in str(cause) and "not found" not in str(cause).lower():
+        why = " ".join(str(cause).splitlines()[0].split())
+        return f"{key}: {why}"
+    parent, _, leaf = key.rpartition(".")
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        node: Any = _compose(config_name, rest)
+    except Exception:
+        return f"{key}: no such field"
+    for part in parent.split(".") if parent else ():
+        node = getattr(node, part, None) if not isinstance(node, dict) else node.get(part)
+    names = ([f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node)
+             else list(node) if isinstance(node, dict) else [])
+    what = "config group or field" if not parent else "field"
+    hint = _close(leaf, names)
+    return f"{key}: no such {what}" + (hint.replace("mean ", f"mean {parent}.") if parent and hint else hint) + \
+        (f"; see `dateline {'pairwise' if config_name == 'pairwise' else 'run'} --help`" if not hint else "")

@@ -258,7 +258,7 @@ def estimate_point(cfg: Config, session: Any, tasks: int = DEFAULT_TASKS, label:
 
     validate(cfg)
     pc = pilot_config(cfg, tasks)
-    run(pc, session)
+    run(pc, session, print_summary=False)      # the projection is this command's output, not the pilot's metrics
     proj = project(cfg, pc, label, cluster_nodes())
     sys.stdout.write(proj.render() + "\n")
     sys.stdout.flush()

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import out_path
 from engine.protocol import JudgeRequest
 from engine.scoring.judges import judge_identity, same_model
 from engine.scoring.pairwise import plan
@@ -44,7 +44,7 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
     from engine.runtime.runlock import RunDirLock
 
     validate_pairwise(cfg)
-    with RunDirLock(repo_path(cfg.out), "dateline pairwise"):        # one writer per pairwise dir
+    with RunDirLock(out_path(cfg.out), "dateline pairwise"):        # one writer per pairwise dir
         return _run_pairwise(cfg, session)
 
 
@@ -54,7 +54,7 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
     t0 = time.time()
     systems, articles, counts = collect(cfg, bench)
     comps, skipped = plan(articles, cfg.seed, cfg.both_orders)
-    store = PairwiseStore(repo_path(cfg.out))
+    store = PairwiseStore(out_path(cfg.out))
     known = {c["comparison_id"] for c in store.comparisons()}
     new = [dict(asdict(c), benchmark=bench.name) for c in comps if c.comparison_id not in known]
     store.write_comparisons(new)

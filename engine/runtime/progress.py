@@ -25,6 +25,7 @@ class Progress:
         self.model_total = self.model_done = 0
         self.note = ""          # e.g. why a model has no replica in rotation
         self._last = 0.0
+        self._closed = False    # the closing line (every episode done) was written
 
     def update(self, episode: dict[str, Any], model: bool = False) -> None:
         self.done += 1
@@ -50,8 +51,10 @@ class Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        if not force and now - self._last < self.every_s and self.done < self.total:
-            return
+        finished = self.done >= self.total
+        if not force and ((now - self._last < self.every_s and not finished) or (finished and self._closed)):
+            return              # throttled, or the closing line is out already (it is written once)
+        self._closed = finished
         self._last = now
         end = "\r" if self._tty and self.done < self.total else "\n"
         self.stream.write(("\x1b[2K" if self._tty else "") + self.line() + end)

@@ -104,7 +104,7 @@ def _data_version(store: Any, bench: Any, evaluations: Sequence[str]) -> str:
     import pyarrow.compute as pc
 
     from engine.config import stable_hash
-    from engine.inputs.paths import repo_path
+    from engine.inputs.paths import data_path
 
     fields = tuple(getattr(bench, "data_paths", ()))
     if not fields:
@@ -121,7 +121,7 @@ def _data_version(store: Any, bench: Any, evaluations: Sequence[str]) -> str:
         paths |= {str(d[f]) for f in fields if isinstance(d, dict) and d.get(f)}
     parts = []
     for p in sorted(paths):
-        root = repo_path(p)
+        root = data_path(p)
         parts.append(p)
         if root.is_file():
             st = root.stat()

@@ -20,13 +20,14 @@ HTML, PNG).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from engine.budget.cost import Prices, parse_overrides
 from engine.errors import DataError
+from engine.runtime.logs import configure as configure_logging
+from ray_jobs.cli_errors import CliError
 from ray_jobs.report.compute_pairwise import (
     PairwiseSection,
     load_verdicts,
@@ -88,8 +89,8 @@ def pairwise_summary(root: Path) -> str:
     return summary_text(stage_summaries(root))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="dateline report", description=(__doc__ or "").split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``dateline report``'s options (its subparser in ray_jobs/cli.py, and :func:`main`)."""
     ap.add_argument("paths", nargs="+", help="run directories and/or pairwise directories")
     ap.add_argument("--out", help="output folder (default: the first path's report/)")
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -109,14 +110,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="an HTML page per episode (its transcript, output, reference, metrics and verdicts), at most "
                          "N per configuration; 0: none (default 500)")
     ap.add_argument("--title", default="dateline report")
-    # ``judge=X`` as at metrics time (``dateline metrics RUN BENCH judge=X``) is --judge X
-    a = ap.parse_args([f"--judge={x[6:]}" if x.startswith("judge=") else x for x in (argv or [])])
+
+
+def older_forms(argv: Sequence[str]) -> list[str]:
+    """``judge=X`` as at metrics time (``dateline metrics RUN judge=X``) is ``--judge X``."""
+    return [f"--judge={x[6:]}" if x.startswith("judge=") else x for x in argv]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dateline report", description=(__doc__ or "").split("\n\n")[0])
+    add_arguments(ap)
+    try:
+        return run(ap.parse_args(older_forms(argv or [])))
+    except (CliError, DataError) as e:
+        sys.stderr.write(f"dateline report: {e}\n")
+        return 2
+
+
+def run(a: argparse.Namespace) -> int:
+    """Build the report the parsed options ask for; a mistake in them is a CliError (one line, exit 2)."""
     try:
         prices = parse_overrides(a.price)
     except ValueError as e:
-        ap.error(str(e))
+        raise CliError(str(e)) from e
     out = Path(a.out) if a.out else Path(a.paths[0]) / "report"
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(name)s] %(message)s", datefmt="%H:%M:%S")
+    configure_logging()
     path = build(a.paths, out, a.boot, Path(a.human) if a.human else None, prices, a.title, a.judge, a.all_tasks,
                  a.score_failures, a.episodes)
     sys.stdout.write(f"{path}\n{out / 'report.md'}\n")

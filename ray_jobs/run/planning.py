@@ -37,7 +37,7 @@ from engine.identity import (
     without_server,
 )
 from engine.inputs.order import TaskOrder, order_record, task_order
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import out_path
 from engine.inputs.quarantine import collecting
 from engine.llm import SamplingParams
 from engine.protocol import Benchmark, BenchmarkBase, dumps
@@ -48,6 +48,7 @@ from ray_jobs.budget import (
     RunBudget,
     SweepLedger,
     budget_exhausted_rows,
+    check_sweep_budgets,
     exhausted_before_start,
 )
 from ray_jobs.judge import pending_requests, run_judge_identity
@@ -66,8 +67,8 @@ class Plan:
 
 
 def run_dir(cfg: Config) -> Path | str:
-    """The run dir: a URI (``s3://``, ``gs://``) as given, else a local path (see :func:`repo_path`)."""
-    return cfg.run.dir if is_uri(cfg.run.dir) else repo_path(cfg.run.dir)
+    """The run dir: a URI (``s3://``, ``gs://``) as given, else a local path (see :func:`out_path`)."""
+    return cfg.run.dir if is_uri(cfg.run.dir) else out_path(cfg.run.dir)
 
 
 # what each part of the engine identity is called in a refusal (the config field behind it)
@@ -203,6 +204,24 @@ def make_point(cfg: Config, closed: str | None = None) -> Point:
     """A point planned (its config and plan written to its run dir) and ready to run: ``closed``
     is why its budget allows no call ("" none; None: ask its own ledger's records, a point ledger)."""
     return open_point(plan_point(cfg), closed)
+
+
+def preflight(cfgs: list[Config]) -> None:
+    """Every check that needs no run dir, before any run dir is locked (which creates it): a refused
+    run creates nothing. The configs, the sweep's budgets, and on a cluster this process starts
+    itself a hosted model's folder (on a remote cluster only its nodes can say)."""
+    for cfg in cfgs:
+        validate(cfg)
+        if cfg.cluster.address:
+            continue
+        bench = get_benchmark(cfg.benchmark.name)
+        for where, m in (("model", cfg.model if bench.uses_model(cfg.agent) else None),
+                         ("judge.hosted_model", cfg.judge.hosted_model)):
+            if m is not None and m.kind == "vllm" and m.path and not Path(m.path).exists():
+                raise ConfigError(f"{where}.path: {m.path} does not exist on this machine; `bash scripts/setup.sh` "
+                                  "prepares the default model, or point it at a local model folder (nothing is "
+                                  "downloaded at run time)")
+    check_sweep_budgets(cfgs)
 
 
 def plan_point(cfg: Config) -> Point:

@@ -44,10 +44,13 @@ def failures(p: Point) -> dict[str, Any]:
     if aside:
         stored = set(p.store.episodes(["episode_id"], episode_ids=list(aside))["episode_id"].to_pylist())
         aside = {e: why for e, why in aside.items() if e not in stored}
+    not_run = p.info.get("not_run", 0)
     return {"kinds": kinds, "errors": errors, "planned": len(planned),
+            # planned episodes without a scored result, whatever the reason
+            "total": sum(k["count"] for k in kinds.values()) + not_run + len(aside),
             "set_aside": len(aside), "set_aside_example": next(iter(aside.values()), ""),
             "stopped_at_max_failures": p.info.get("stopped_at_max_failures", 0),
-            "not_run": p.info.get("not_run", 0), "model_failing": p.info.get("model_failing", ""),
+            "not_run": not_run, "model_failing": p.info.get("model_failing", ""),
             # what the replicas went through (every run of this run dir), by cause
             "replicas": causes(read_events(p.store)) if p.uses_model else {}}
 

@@ -17,9 +17,9 @@ from engine.config import (
 )
 from engine.scoring import metric_table
 from ray_jobs import provenance
-from ray_jobs.budget import SweepLedger, check_sweep_budgets, sweep_ledger
+from ray_jobs.budget import SweepLedger, sweep_ledger
 from ray_jobs.run.adaptive import Racer
-from ray_jobs.run.planning import Point, open_point, plan_point, run_dir
+from ray_jobs.run.planning import Point, open_point, plan_point, preflight, run_dir
 from ray_jobs.run.results import failure_summary, failures, summary
 from ray_jobs.run.waves import run_waves
 from ray_jobs.session import Session
@@ -28,26 +28,28 @@ log = logging.getLogger("dateline.run")
 
 
 def run_sweep(cfgs: list[Config], session: Session | None = None,
-              command: Sequence[str] | None = None) -> list[dict[str, Any]]:
+              command: Sequence[str] | None = None, *, print_summary: bool = True) -> list[dict[str, Any]]:
     """Every configuration of a sweep as one job: all points planned up front, one queue of
     episodes per model feeding one set of workers, the models that fit hosted at once (waves,
     largest first, when they do not), judging streamed as episodes finish, metrics reduced once
     at the end. Returns each configuration's run info (in ``cfgs`` order). ``command``: the
     command line, for the provenance every run dir records (ray_jobs/provenance.py; default
-    ``sys.argv``)."""
+    ``sys.argv``). ``print_summary=False``: no metric table on stdout (a pilot, whose caller prints
+    its own)."""
     from contextlib import ExitStack
 
     from engine.runtime.runlock import RunDirLock
 
+    preflight(cfgs)             # a refused run creates nothing: every check before the first lock
     with ExitStack() as locks:
         # one writer per run dir: a second driver on any of them stops here, naming the holder
         for d in sorted({str(run_dir(c)) for c in cfgs}):
             locks.enter_context(RunDirLock(d, "dateline run"))
-        return _run_sweep(cfgs, session, command)
+        return _run_sweep(cfgs, session, command, print_summary)
 
 
-def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[str] | None = None
-               ) -> list[dict[str, Any]]:
+def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[str] | None = None,
+               print_summary: bool = True) -> list[dict[str, Any]]:
     own = session is None
     session = session or Session()
     t0 = time.time()
@@ -68,14 +70,13 @@ def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[st
     prov = _write_provenance(points, cfgs, command, t0)
     reduced = _reduce(points)                                              # results.py
     for p in points.values():
-        _report(p, reduced[str(p.plan.run_dir)], prov, t0, session)
+        _report(p, reduced[str(p.plan.run_dir)], prov, t0, session, print_summary)
     return [points[k].info for k in order]
 
 
 def _plan_sweep(cfgs: list[Config]) -> tuple[dict[str, Point], list[str], SweepLedger | None]:
     """Every point planned up front (the same configuration twice runs once), and the sweep's
     ledger when its points share one (``run.budget.scope=sweep``)."""
-    check_sweep_budgets(cfgs)          # one ledger for the sweep: its points agree on it, before anything starts
     points: dict[str, Point] = {}
     order: list[str] = []
     for cfg in cfgs:
@@ -126,7 +127,8 @@ def _reduce(points: dict[str, Point]) -> dict[str, list[dict[str, Any]]]:
     return reduced
 
 
-def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: float, session: Session) -> None:
+def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: float, session: Session,
+            print_summary: bool = True) -> None:
     """A point's run info written (``run-*.json``) and its summary printed (results on stdout)."""
     info = p.info
     info["wall_s"] = time.time() - t0
@@ -138,6 +140,8 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     info["failures"] = failures(p)
     info["provenance"] = prov
     p.store.write_json(f"run-{time.strftime('%Y%m%d-%H%M%S')}-{p.plan.config_hash[:6]}.json", info)
+    if not print_summary:
+        return
     model = p.cfg.model.name if p.uses_model else "none"
     out = sys.stdout                     # results on stdout, logs on stderr
     out.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
@@ -167,7 +171,7 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     out.flush()
 
 
-def run(cfg: Config, session: Session | None = None) -> dict[str, Any]:
+def run(cfg: Config, session: Session | None = None, *, print_summary: bool = True) -> dict[str, Any]:
     """One run: generate what is missing, judge what is missing, reduce metrics. Pass a
     ``session`` to share Ray, models, index and services with other runs."""
-    return run_sweep([cfg], session)[0]
+    return run_sweep([cfg], session, print_summary=print_summary)[0]

@@ -19,7 +19,7 @@ import pytest
 
 from engine.benchmarks.analyst import BENCHMARK
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
 from ray_jobs.configs import compose
 from ray_jobs.run import run_sweep
@@ -40,7 +40,7 @@ def verdict(i: int) -> str:
 
 
 def test_unparsed_verdicts_and_unrated_criteria_are_counted(tmp_path):
-    tasks = {t.task_id: t for t in load_tasks(repo_path("engine/benchmarks/analyst/sample_tasks"))}
+    tasks = {t.task_id: t for t in load_tasks(data_path("engine/benchmarks/analyst/sample_tasks"))}
     first_criterion = tasks["unemployment-brief"].checklist[0]
     # crashes-2023 gets a checklist built by "scripted", the model under test itself
     store_dir = tmp_path / "checklists"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from engine.benchmarks.analyst.data import load_tasks
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from engine.storage import EpisodeStore
 from ray_jobs.configs import compose
 from tests.e2e.test_analyst_numbers import CLAIMS, REPORT, verdict
@@ -118,7 +118,7 @@ def analyst_cfg(model_url: str, judge_url: str, tmp: Path, *extra: str):
 
 
 def test_analyst_each_judge_is_shown_under_its_own_evaluation_settings(tmp_path):
-    (task,) = [t for t in load_tasks(repo_path("engine/benchmarks/analyst/sample_tasks"))
+    (task,) = [t for t in load_tasks(data_path("engine/benchmarks/analyst/sample_tasks"))
                if t.task_id == "unemployment-brief"]
     assert task.checklist                       # its own checklist: nothing to generate
 

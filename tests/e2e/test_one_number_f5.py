@@ -18,7 +18,7 @@ import re
 import pytest
 
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from ray_jobs.configs import compose
 from tests.e2e.test_what_a_number_means import sweep
 from tests.everywhere import rows_with, seen
@@ -30,7 +30,7 @@ CRITERIA = {0: 3, 1: 2}         # task index -> number of criteria
 
 
 def test_checklist_comparison_is_on_the_tasks_both_have_a_score_for(tmp_path):
-    tasks = sorted((t for t in load_tasks(repo_path("engine/benchmarks/analyst/sample_tasks")) if not t.checklist),
+    tasks = sorted((t for t in load_tasks(data_path("engine/benchmarks/analyst/sample_tasks")) if not t.checklist),
                    key=lambda t: t.task_id)
     assert len(tasks) == 2
     checklists = tmp_path / "checklists"

@@ -219,10 +219,11 @@ def test_report_cli_price_override_and_errors(tmp_path, capsys):
     md = (tmp_path / "r2" / "report.md").read_text()
     # 1000 per million input tokens: episode tokens_in 1000..6000 -> 21000 tokens per config = $21
     assert "$21.0000" in md
-    with pytest.raises(SystemExit):
-        main([str(root), "--price", "qwen"])
-    with pytest.raises(SystemExit):
-        main([str(root), "--price", "=1,2"])
+    capsys.readouterr()
+    for bad in ("qwen", "=1,2"):            # one line, exit status 2
+        assert main([str(root), "--price", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("dateline report: ") and len(err.strip().splitlines()) == 1, err
     from engine.errors import DataError
     with pytest.raises(DataError, match="no run dir here"):
         build([str(tmp_path)], tmp_path / "r3")

@@ -28,7 +28,7 @@ from engine.errors import ConfigError
 from engine.identity import prompt_version, source_version
 from engine.inputs import quarantine
 from engine.inputs.order import task_order
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -50,8 +50,8 @@ def tasks_by_id(tasks_dir: str, checklists_dir: str = "") -> dict[str, AnalystTa
     """The tasks by id, for looking up tasks whose episodes ran: a bad folder of another task is
     skipped (logged), not fatal here (whether bad folders may be skipped at all is decided when
     a run loads its tasks, by ``benchmark.on_bad_rows``)."""
-    with quarantine.skipping("skip", f"analyst tasks {repo_path(tasks_dir)}") as bad:
-        return {t.task_id: t for t in load_tasks(repo_path(tasks_dir), checklists_dir=repo_path(checklists_dir) if checklists_dir
+    with quarantine.skipping("skip", f"analyst tasks {data_path(tasks_dir)}") as bad:
+        return {t.task_id: t for t in load_tasks(data_path(tasks_dir), checklists_dir=data_path(checklists_dir) if checklists_dir
                                                  else None, bad=bad)}
 
 
@@ -59,8 +59,8 @@ def _task(tasks_dir: str, checklists_dir: str, task_id: str) -> AnalystTask:
     """The task ``task_id``; when its folder no longer loads, the DataError saying why."""
     task = tasks_by_id(tasks_dir, checklists_dir).get(task_id)
     if task is None:
-        load_task(repo_path(tasks_dir) / task_id, repo_path(checklists_dir) if checklists_dir else None)   # raises why
-        raise KeyError(f"analyst task {task_id!r} is not in {repo_path(tasks_dir)}")
+        load_task(data_path(tasks_dir) / task_id, data_path(checklists_dir) if checklists_dir else None)   # raises why
+        raise KeyError(f"analyst task {task_id!r} is not in {data_path(tasks_dir)}")
     return task
 
 
@@ -152,13 +152,13 @@ class AnalystBenchmark(BenchmarkBase):
             raise ConfigError("agent.context_tokens: must leave room for the prompt beyond map/report_max_tokens")
         if not 0.0 <= b.figure_match_threshold <= 1.0:
             raise ConfigError("benchmark.figure_match_threshold: must be in [0, 1]")
-        if not repo_path(b.tasks_dir).is_dir():
-            raise ConfigError(f"benchmark.tasks_dir: {repo_path(b.tasks_dir)} is not a folder")
+        if not data_path(b.tasks_dir).is_dir():
+            raise ConfigError(f"benchmark.tasks_dir: {data_path(b.tasks_dir)} is not a folder")
 
     def load_tasks(self, cfg: Config) -> list[AnalystTask]:
         b = cfg.benchmark
-        with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {repo_path(b.tasks_dir)}") as bad:
-            tasks = load_tasks(repo_path(b.tasks_dir), checklists_dir=repo_path(b.checklists_dir) if b.checklists_dir else None,
+        with quarantine.skipping(getattr(b, "on_bad_rows", "error"), f"analyst tasks {data_path(b.tasks_dir)}") as bad:
+            tasks = load_tasks(data_path(b.tasks_dir), checklists_dir=data_path(b.checklists_dir) if b.checklists_dir else None,
                                bad=bad)
         return select_tasks(tasks, b.task_ids, b.limit, b.tasks_dir,
                             task_order(cfg))

@@ -255,9 +255,9 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
           generated_by: dict[str, Any]) -> list[BuildResult]:
     """:func:`build_missing` with the judge's endpoints and sampling (``judge``: a JudgeConfig),
     as the judge stage calls them (one client retry; malformed answers retried here), into
-    ``b.checklists_dir`` (relative: from the repo root) or the task folders."""
+    ``b.checklists_dir`` (relative: from the working folder) or the task folders."""
     from engine.benchmarks.analyst import tasks_by_id
-    from engine.inputs.paths import repo_path
+    from engine.inputs.paths import data_path
     from engine.llm import Router, SamplingParams
 
     async def go() -> list[BuildResult]:
@@ -265,7 +265,7 @@ def build(tasks: Sequence[AnalystTask], b: AnalystBenchmarkConfig, endpoints: Se
                         judge.max_inflight)
         try:
             return await build_missing(tasks, b, router.client_for, generated_by, judge.max_attempts,
-                                       repo_path(b.checklists_dir) if b.checklists_dir else None)
+                                       data_path(b.checklists_dir) if b.checklists_dir else None)
         finally:
             await router.close()
 

@@ -15,7 +15,7 @@ class AnalystBenchmarkConfig:
     task_ids: list[str] = field(default_factory=list)   # run only these tasks (empty: all), then limit
     # Checklists (``checklists.py``): one per task, built once (``dateline analyst-checklists``)
     # and used by every system and judge. Read from the task folder's checklist.json, else from
-    # ``checklists_dir`` (relative: from the repo root); "" builds into the task folders.
+    # ``checklists_dir`` (relative: from the working folder); "" builds into the task folders.
     checklists_dir: str = ""
     n_criteria: int = 15                 # criteria asked of the checklist draft (figure 15)
     checklist_max_tokens: int = 3000     # the draft call

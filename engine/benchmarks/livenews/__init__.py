@@ -79,11 +79,11 @@ class LiveNewsBenchmark(BenchmarkBase):
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
         if b.window_days is not None and (b.window_days < 0 or not b.date_window):
             raise ConfigError("benchmark.window_days: needs date_window=true and a value >= 0")
-        from engine.inputs.paths import repo_path
+        from engine.inputs.paths import data_path
 
         for key in (("pages",) if b.source == "realtimeqa" else ("questions", "pages")):
-            if not repo_path(getattr(b, key)).exists():
-                raise ConfigError(f"benchmark.{key}: {repo_path(getattr(b, key))} does not exist")
+            if not data_path(getattr(b, key)).exists():
+                raise ConfigError(f"benchmark.{key}: {data_path(getattr(b, key))} does not exist")
 
     def load_tasks(self, cfg: Config) -> list[Any]:
         from dataclasses import replace

@@ -26,7 +26,7 @@ from engine.benchmarks.livenews.config import LivenewsBenchmarkConfig
 from engine.errors import BadDataError
 from engine.inputs import quarantine
 from engine.inputs.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed, read_unique
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from engine.inputs.quarantine import Quarantine
 from indexes.web import WebPage, registered_domain
 
@@ -194,11 +194,11 @@ def load(bench: LivenewsBenchmarkConfig, pages_only: bool = False) -> tuple[list
     source = bench.source
     with quarantine.skipping(bench.on_bad_rows, f"livenews {source} data") as bad:
         if source == "realtimeqa":
-            where = repo_path(bench.pages)
+            where = data_path(bench.pages)
             questions, pages = load_realtimeqa(where, bad)
         elif source == "livenewsbench":
-            pages = load_pages(repo_path(bench.pages), bad)
-            where = repo_path(bench.questions)
+            pages = load_pages(data_path(bench.pages), bad)
+            where = data_path(bench.questions)
             questions = [] if pages_only else load_livenewsbench(where, bad)
         else:
             raise ValueError(f"benchmark.source: unknown source {source!r}")
@@ -206,7 +206,7 @@ def load(bench: LivenewsBenchmarkConfig, pages_only: bool = False) -> tuple[list
         raise BadDataError("empty_file", where, None, None,
                            "no questions" + (f" left after skipping {len(bad)} bad rows" if bad else ""))
     if not pages:            # an empty web: every search would find nothing, silently
-        raise BadDataError("empty_file", repo_path(bench.pages), None, None,
+        raise BadDataError("empty_file", data_path(bench.pages), None, None,
                            "no pages: the offline web is empty" + (f" after skipping {len(bad)} bad rows" if bad else ""))
     limit = bench.limit
     return (questions[:limit] if limit is not None else questions), pages

@@ -18,7 +18,7 @@ from engine.identity import prompt_version as text_version
 from engine.identity import source_version
 from engine.inputs import quarantine
 from engine.inputs.order import task_order
-from engine.inputs.paths import repo_path
+from engine.inputs.paths import data_path
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -34,7 +34,7 @@ MODES = ("1-step", "2-step", "rule-based")
 
 
 def _data_dir(cfg: Any) -> Path:
-    return repo_path(cfg.benchmark.data_dir)
+    return data_path(cfg.benchmark.data_dir)
 
 
 def _load(cfg: Any, limit: int | None = None) -> NewsDataset:
@@ -50,7 +50,7 @@ def _references(data_dir: str) -> dict[str, str]:
     if not data_dir:
         return {}
     with quarantine.skipping("skip", f"newsagent data {data_dir}") as bad:
-        return {t.task_id: t.reference_article for t in load_dataset(repo_path(data_dir), None, bad).tasks}
+        return {t.task_id: t.reference_article for t in load_dataset(data_path(data_dir), None, bad).tasks}
 
 
 class NewsAgentBenchmark(BenchmarkBase):

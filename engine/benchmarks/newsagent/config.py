@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 @dataclass
 class NewsagentBenchmarkConfig:
     name: str = "newsagent"
-    # Dataset folder with tasks.jsonl and objects.jsonl (relative paths: from the repo root).
+    # Dataset folder with tasks.jsonl and objects.jsonl (relative: from the working folder, else the bundled samples).
     data_dir: str = "engine/benchmarks/newsagent/sample_data"
     # A short name of the data: the default run dir is runs/<name>-<dataset>.
     dataset: str = "sample"

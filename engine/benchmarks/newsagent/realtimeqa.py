@@ -106,6 +106,7 @@ from engine.benchmarks.newsagent.data import HistoricalObject, NewsTask, write_d
 from engine.errors import BadDataError, DataError
 from engine.inputs.jsonl import UniqueIds, field_date, field_id, field_str, read_jsonl
 from engine.inputs.quarantine import ON_BAD_ROWS, Quarantine, check_mode, reject, write_quarantine_file
+from engine.runtime.logs import configure as configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -679,10 +680,10 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.benchmarks.newsagent.realtimeqa",
-                                description="Convert a RealTime QA dump into a newsagent dataset folder.")
-    p.add_argument("src", type=Path, help="folder with YYYYMMDD_qa.jsonl.gz / YYYYMMDD_gcs.jsonl.gz pairs")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The converter's options (``dateline convert-realtimeqa``'s subparser, and :func:`main`)."""
+    p.add_argument("src", type=Path, help="folder with YYYYMMDD_qa.jsonl.gz / YYYYMMDD_gcs.jsonl.gz pairs (RealTime "
+                                          "QA's weekly dumps: github.com/realtimeqa/realtimeqa_public, past/)")
     p.add_argument("out", type=Path, help="output dataset folder (objects.jsonl, tasks.jsonl)")
     p.add_argument("--max-sentences", type=int, default=40, help="sentences kept per article (default 40)")
     p.add_argument("--threshold", type=float, default=0.6, help="token containment for a match (default 0.6)")
@@ -690,8 +691,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--on-bad-rows", choices=ON_BAD_ROWS, default="error",
                    help="error: stop at the first bad row (default); skip: leave bad rows out and list them "
                         "in OUT/quarantine.parquet")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[realtimeqa %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+
+
+DESCRIPTION = "Convert a RealTime QA dump into a newsagent dataset folder."
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.benchmarks.newsagent.realtimeqa", description=DESCRIPTION)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Convert; bad data is one line on stderr and exit status 2."""
+    configure_logging()
     weeks = [w.strip() for w in args.weeks.split(",") if w.strip()] if args.weeks else None
     try:
         stats = convert(args.src, args.out, args.max_sentences, args.threshold, weeks, on_bad_rows=args.on_bad_rows)
