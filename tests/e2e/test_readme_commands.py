@@ -55,8 +55,10 @@ def why_not_here(lang: str, cmd: str, shared: bool) -> str | None:
     words = shlex.split(cmd, comments=True)
     if words[:2] in (["bash", "scripts/run.sh"], ["bash", "scripts/test.sh"]):
         return "one of the two README commands"
-    if words[0] == "python" and len(words) > 1 and words[1].startswith("perf/"):
+    if (words[0] == "python" or words[0].endswith("bin/python")) and len(words) > 1 and words[1].startswith("perf/"):
         return "perf script"
+    if words[0].startswith("python3") and words[1:3] == ["-m", "venv"]:
+        return "installs dateline into a new venv (tests/e2e/test_installed_wheel.py installs the wheel)"
     if words[0] in ("ray", "source", "kubectl", "docker"):
         return "starts or joins a Ray cluster"
     if words[0].endswith("bin/python") and words[1:3] == ["-m", "pytest"]:
@@ -123,7 +125,7 @@ def test_every_model_free_readme_command_runs_as_written(tmp_path):
         return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
 
     # the scratch copy runs its own code, not the checkout the venv was installed from
-    where = sh([sys.executable, "-c", "import engine.inputs.paths; print(engine.inputs.paths.REPO_ROOT)"])
+    where = sh([sys.executable, "-c", "import engine.inputs.paths; print(engine.inputs.paths.PACKAGE_ROOT)"])
     assert where.stdout.strip() == str(repo), where.stderr
 
     with FakeOpenAI(universal_responder()) as srv:
@@ -168,3 +170,4 @@ def test_every_model_free_readme_command_runs_as_written(tmp_path):
     assert (repo / "runs/newsagent-compare/leaderboard.html").is_file()
     assert (repo / "runs/report/report.html").is_file() and (repo / "mlruns").is_dir()
     assert list((repo / "wandb").glob("offline-run-*"))
+    assert list((repo / "runs/livenews-sample/_inspect").glob("livenews_*.eval"))     # export --to inspect
