@@ -28,9 +28,10 @@ from engine.config import (
     StopConfig,
     SweepConfig,
 )
-from engine.errors import ConfigError
+from engine.errors import ConfigError, DataError
 from engine.inputs.paths import conf_dir
 from engine.runtime.logs import configure as configure_logging
+from engine.runtime.runlock import RunDirLocked
 
 CONF_DIR = str(conf_dir())
 _registered = False
@@ -190,8 +191,11 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
         from engine.inputs.hub import resolve_config
 
         cfg = OmegaConf.to_object(dcfg)
-        resolve_config(cfg)                 # hub ids -> the local cache's snapshot folders
-        body(cfg, session)
+        try:
+            resolve_config(cfg)                 # hub ids -> the local cache's snapshot folders
+            body(cfg, session)
+        except (ConfigError, DataError, RunDirLocked) as e:
+            raise _OneLine(e) from None     # past Hydra's job wrapper, which prints a traceback
 
     import sys
 
@@ -202,8 +206,19 @@ def hydra_main(config_name: str, body: Callable[[Any, Any], object],
         _main()
         if after is not None:
             after(session)
+    except _OneLine as e:
+        raise e.error from None             # the CLI says it in one line, exit status 2
     finally:
         session.close()
+
+
+class _OneLine(BaseException):
+    """Carries one of dateline's one-line errors out of a Hydra job (Hydra catches ``Exception``
+    there and prints a traceback with exit status 1)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 # -- help ---------------------------------------------------------------------------------------------
