@@ -315,12 +315,32 @@ def check_overrides(config_name: str, overrides: Sequence[str]) -> None:
     variants = [base] + [[*base[:i], x, *base[i + 1:]] for i, xs in values.items() for x in xs[1:]]
     for v in variants:
         try:
-            _compose(config_name, v)
+            cfg = _compose(config_name, v)
         except HydraException as e:
             raise ConfigError(explain(config_name, v, e)) from None
         except Exception as e:          # omegaconf's own (a value of the wrong type in a structured config)
             key = getattr(e, "full_key", None)
             raise ConfigError(f"{key + ': ' if key else ''}{' '.join(str(e).split(chr(10))[0].split())}") from None
+        _check_appended(cfg, v)
+
+
+def _check_appended(cfg: Any, overrides: Sequence[str]) -> None:
+    """``+a.b=x`` adds a key where Hydra lets it, and a typed config then carries an attribute that
+    nothing reads: a misspelt field would be ignored in silence. A field added to a dataclass node
+    must be one of its fields; free-form nodes (``model.engine_args``, ``cluster.runtime_env``) take
+    anything."""
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        if not key.startswith("+") or "." not in key or "/" in key:
+            continue
+        parent, _, leaf = key.lstrip("+").rpartition(".")
+        node: Any = cfg
+        for part in parent.split("."):
+            node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+        if dataclasses.is_dataclass(node) and leaf not in {f.name for f in dataclasses.fields(node)}:
+            names = [f.name for f in dataclasses.fields(node)]
+            hint = _close(leaf, names).replace("mean ", f"mean {parent}.")
+            raise ConfigError(f"{key.lstrip('+')}: no such field{hint or '; see `dateline run --help`'}")
 
 
 def _close(word: str, options: Sequence[str]) -> str:

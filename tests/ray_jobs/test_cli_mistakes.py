@@ -64,6 +64,8 @@ def test_every_help_exits_0_and_documents_its_own_options(capsys, command):
     (["convert-realtimeqa"], "dateline convert-realtimeqa: the following arguments are required: src, out"),
     (["export", "x", "--to", "nope"], "dateline export: argument --to: invalid choice: 'nope'"),
     (["--log-level", "LOUD", "run"], "dateline: argument --log-level: invalid choice: 'LOUD'"),
+    (["run", "+model.max_retrys=3"], "dateline run: ConfigError: model.max_retrys: no such field (did you mean "
+                                     "model.max_retries?)"),
     (["doctor", "--no-probe", "modle=x"], "dateline doctor: ConfigError: modle: no such config group or field"),
     (["race-replay", "nowhere"], "dateline race-replay: no run dir at nowhere"),
     (["pairwise", "runs=[nowhere]"], "dateline pairwise: ConfigError: runs: "),
