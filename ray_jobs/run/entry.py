@@ -37,6 +37,7 @@ def hydra_entry() -> None:
         stopping.over()
     except BaseException as e:
         if not (signum := stopping.stopped_by(e)):
+            stopping.disarm()       # a refused or failed run gives the caller's handlers back too
             raise
         if isinstance(e, Exception):        # what the stop tore down under a call
             log.info("while stopping: %s: %s", type(e).__name__, str(e).strip().split("\n")[0][:300])

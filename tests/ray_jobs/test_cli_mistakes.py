@@ -9,6 +9,7 @@ ones; nothing here starts Ray (a config that composed cleanly would start a run:
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -96,6 +97,9 @@ def test_a_run_dir_knows_its_benchmark(capsys, tmp_path):
 def test_a_refused_run_creates_nothing(capsys, tmp_path, monkeypatch, bad):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DATELINE_WORKDIR", raising=False)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     rc, out, err = call(capsys, "run", *bad)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "ConfigError" in err, err
     assert os.listdir(tmp_path) == []
+    # in process (a notebook, a test): the caller's signal handlers are given back
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
