@@ -321,10 +321,10 @@ def check_overrides(config_name: str, overrides: Sequence[str]) -> None:
         except Exception as e:          # omegaconf's own (a value of the wrong type in a structured config)
             key = getattr(e, "full_key", None)
             raise ConfigError(f"{key + ': ' if key else ''}{' '.join(str(e).split(chr(10))[0].split())}") from None
-        _check_appended(cfg, v)
+        _check_appended(config_name, cfg, v)
 
 
-def _check_appended(cfg: Any, overrides: Sequence[str]) -> None:
+def _check_appended(config_name: str, cfg: Any, overrides: Sequence[str]) -> None:
     """``+a.b=x`` adds a key where Hydra lets it, and a typed config then carries an attribute that
     nothing reads: a misspelt field would be ignored in silence. A field added to a dataclass node
     must be one of its fields; free-form nodes (``model.engine_args``, ``cluster.runtime_env``) take
@@ -333,19 +333,36 @@ def _check_appended(cfg: Any, overrides: Sequence[str]) -> None:
         key = o.split("=", 1)[0]
         if not key.startswith("+") or "." not in key or "/" in key:
             continue
-        parent, _, leaf = key.lstrip("+").rpartition(".")
-        node: Any = cfg
-        for part in parent.split("."):
-            node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
-        if dataclasses.is_dataclass(node) and leaf not in {f.name for f in dataclasses.fields(node)}:
-            names = [f.name for f in dataclasses.fields(node)]
-            hint = _close(leaf, names).replace("mean ", f"mean {parent}.")
-            raise ConfigError(f"{key.lstrip('+')}: no such field{hint or '; see `dateline run --help`'}")
+        key = key.lstrip("+")
+        node = _node_at(cfg, key.rpartition(".")[0])
+        if dataclasses.is_dataclass(node) and key.rpartition(".")[2] not in _keys(node):
+            raise ConfigError(_no_such(config_name, key, node))
 
 
-def _close(word: str, options: Sequence[str]) -> str:
+def _close(word: str, options: Sequence[str], prefix: str = "") -> str:
     near = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
-    return f" (did you mean {' or '.join(near)}?)" if near else ""
+    return f" (did you mean {' or '.join(prefix + n for n in near)}?)" if near else ""
+
+
+def _node_at(cfg: Any, dotted: str) -> Any:
+    """The node of a composed config at ``a.b`` ("" : the config itself; None where there is none)."""
+    node = cfg
+    for part in dotted.split(".") if dotted else ():
+        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+    return node
+
+
+def _keys(node: Any) -> list[str]:
+    return ([f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node)
+            else list(node) if isinstance(node, dict) else [])
+
+
+def _no_such(config_name: str, key: str, node: Any) -> str:
+    """``key: no such field`` with what was probably meant among ``node``'s keys, else where the list is."""
+    parent, _, leaf = key.rpartition(".")
+    hint = _close(leaf, _keys(node), f"{parent}." if parent else "")
+    what = "field" if parent else "config group or field"
+    return f"{key}: no such {what}" + (hint or f"; see `dateline {'pairwise' if config_name == 'pairwise' else 'run'} --help`")
 
 
 def explain(config_name: str, overrides: Sequence[str], e: BaseException) -> str:
@@ -362,17 +379,9 @@ def explain(config_name: str, overrides: Sequence[str], e: BaseException) -> str
     if "not in" not in str(cause) and "not found" not in str(cause).lower():
         why = " ".join(str(cause).splitlines()[0].split())
         return f"{key}: {why}"
-    parent, _, leaf = key.rpartition(".")
     rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     try:
-        node: Any = _compose(config_name, rest)
+        cfg = _compose(config_name, rest)
     except Exception:
         return f"{key}: no such field"
-    for part in parent.split(".") if parent else ():
-        node = getattr(node, part, None) if not isinstance(node, dict) else node.get(part)
-    names = ([f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node)
-             else list(node) if isinstance(node, dict) else [])
-    what = "config group or field" if not parent else "field"
-    hint = _close(leaf, names)
-    return f"{key}: no such {what}" + (hint.replace("mean ", f"mean {parent}.") if parent and hint else hint) + \
-        (f"; see `dateline {'pairwise' if config_name == 'pairwise' else 'run'} --help`" if not hint else "")
+    return _no_such(config_name, key, _node_at(cfg, key.rpartition(".")[0]))

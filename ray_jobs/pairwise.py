@@ -27,14 +27,13 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import ModelConfig, PairwiseConfig, replica_count, to_plain, validate_pairwise
-from engine.errors import ConfigError
 from engine.inputs.paths import out_path
 from engine.protocol import JudgeRequest
 from engine.scoring.judges import judge_identity, same_model
 from engine.scoring.pairwise import plan
-from engine.storage import PairwiseStore, is_run_dir
+from engine.storage import PairwiseStore
 from ray_jobs.judge import judge_batch, judge_endpoints, settled
-from ray_jobs.pairwise_plan import PLAN_FILE, collect, pairwise_spec, plan_record, protocols
+from ray_jobs.pairwise_plan import PLAN_FILE, collect, pairwise_spec, plan_record, protocols, run_roots
 from ray_jobs.report import pairwise_summary
 from ray_jobs.session import Session
 
@@ -45,9 +44,7 @@ def run_pairwise(cfg: PairwiseConfig, session: Session | None = None) -> dict[st
     from engine.runtime.runlock import RunDirLock
 
     validate_pairwise(cfg)
-    for run in cfg.runs:                # a refused comparison creates nothing: before the out dir's lock
-        if not is_run_dir(str(out_path(run))):
-            raise ConfigError(f"runs: {out_path(run)} is not a run directory (no episodes/ folder)")
+    run_roots(cfg.runs)                 # a refused comparison creates nothing: checked before the out dir's lock
     with RunDirLock(out_path(cfg.out), "dateline pairwise"):        # one writer per pairwise dir
         return _run_pairwise(cfg, session)
 

@@ -8,6 +8,8 @@ and neither imports the other's.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from engine.config import Config, PairwiseConfig, to_plain
@@ -28,6 +30,16 @@ def protocols(cfg: PairwiseConfig, bench: Benchmark[Any]) -> list[str]:
     return list(pairwise_spec(bench).protocols) if cfg.protocol == "both" else [cfg.protocol]
 
 
+def run_roots(runs: Sequence[str]) -> list[Path]:
+    """The run dirs a comparison reads (relative: in the working folder), each checked: a ConfigError
+    names one that is not a run dir."""
+    roots = [out_path(run) for run in runs]
+    for root in roots:
+        if not (root / "episodes").is_dir():
+            raise ConfigError(f"runs: {root} is not a run directory (no episodes/ folder)")
+    return roots
+
+
 def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]], dict[str, int]]:
     """(systems, articles, counts): the systems (dicts, see ``engine.scoring.pairwise``), their texts per
     task, and how many episodes were left out and why."""
@@ -35,10 +47,7 @@ def collect(cfg: PairwiseConfig, bench: Benchmark[Any]) -> tuple[list[dict[str, 
     best: dict[tuple[str, str], dict[str, Any]] = {}
     data_by_system: dict[str, str] = {}
     counts = {"episodes": 0, "not_ok": 0, "empty_output": 0, "other_seeds": 0, "filtered": 0}
-    for run in cfg.runs:
-        root = out_path(run)
-        if not (root / "episodes").is_dir():
-            raise ConfigError(f"runs: {root} is not a run directory (no episodes/ folder)")
+    for root in run_roots(cfg.runs):
         for r in EpisodeStore(root, bench.episode_fields).episodes().to_pylist():
             if r["benchmark"] != bench.name:
                 continue

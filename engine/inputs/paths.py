@@ -16,19 +16,23 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]    # engine/inputs/paths.py -> the checkout or site-packages
 
+
 def is_checkout() -> bool:
     """Whether dateline runs from its repository (an editable install or PYTHONPATH), not a wheel."""
     return (PACKAGE_ROOT / "pyproject.toml").is_file() and (PACKAGE_ROOT / "engine" / "__init__.py").is_file()
+
 
 def workdir() -> Path:
     """The working folder relative paths mean: ``DATELINE_WORKDIR`` (set by the ``dateline`` command for
     its own processes and its Ray workers), else this process's."""
     return Path(os.environ.get("DATELINE_WORKDIR") or os.getcwd())
 
+
 def out_path(p: str | Path) -> Path:
     """A path a run writes (a run dir, a pairwise dir): absolute as given, else in the working folder."""
     q = Path(p)
     return q if q.is_absolute() else workdir() / q
+
 
 def data_path(p: str | Path) -> Path:
     """A path a config reads (a dataset, the bundled samples): absolute as given; else in the working

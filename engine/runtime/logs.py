@@ -29,20 +29,16 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def configure(level: str | None = None, *, force_level: bool = False, quiet: bool = False) -> None:
+def configure(level: str | None = None, *, quiet: bool = False) -> None:
     """Our handler on the root logger, once per process, at ``level`` (default ``DATELINE_LOG_LEVEL``,
     else INFO; ``quiet``, for processes that run many episodes: WARNING unless DEBUG is asked for). A
     process whose root logger someone else configured first (a notebook, pytest) keeps its handlers
-    and level; ours is added only where there are none, unless ``force_level``."""
+    and level; ours is added only where there are none."""
     name = (level or os.environ.get("DATELINE_LOG_LEVEL") or "INFO").upper()
     if quiet and name != "DEBUG":
         name = "WARNING"
     root = logging.getLogger()
-    if any(isinstance(h, _Stderr) for h in root.handlers):
-        if force_level:
-            root.setLevel(getattr(logging, name, logging.INFO))
-        return
-    if root.handlers and not force_level:
+    if root.handlers:
         return
     h = _Stderr()
     h.setFormatter(logging.Formatter(FORMAT, datefmt=DATEFMT))

@@ -203,6 +203,7 @@ def _failure_json(bench: Benchmark[Any], task: Any) -> str:
 def make_point(cfg: Config, closed: str | None = None) -> Point:
     """A point planned (its config and plan written to its run dir) and ready to run: ``closed``
     is why its budget allows no call ("" none; None: ask its own ledger's records, a point ledger)."""
+    validate(cfg)
     return open_point(plan_point(cfg), closed)
 
 
@@ -226,8 +227,8 @@ def preflight(cfgs: list[Config]) -> None:
 
 def plan_point(cfg: Config) -> Point:
     """A point planned, before its budget is asked (:func:`open_point`): ``generate`` says only
-    whether episodes are left, ``judge`` and ``pools`` are not decided yet."""
-    validate(cfg)
+    whether episodes are left, ``judge`` and ``pools`` are not decided yet. ``cfg`` is validated
+    (:func:`preflight` for a sweep, :func:`make_point`)."""
     bench = get_benchmark(cfg.benchmark.name)
     # bad data (docs/design/data.md): the rows benchmark.on_bad_rows=skip dropped while plan()
     # loaded the tasks go to RUN_DIR/quarantine/part-*.parquet, and their count is logged
