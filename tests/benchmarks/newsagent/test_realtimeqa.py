@@ -1,4 +1,4 @@
-"""Tests for the RealTime QA -> newsagent converter (engine/benchmarks/newsagent/realtimeqa.py).
+"""Tests for the RealTime QA -> newsagent converter (engine/benchmarks/newsagent/realtimeqa/).
 
 The hand-made fixture below has two weeks and six questions; every sentence's fate (firsthand,
 historical, reference, dropped) is worked out by hand in the comments and asserted exactly.
@@ -392,9 +392,9 @@ def test_matching_rule_and_index_agree() -> None:
     objs = []
     for i in range(400):
         toks = frozenset(rng.sample(vocab, rng.randint(3, 12)))
-        objs.append(rtqa._Object(f"o{i}", dt.date(2023, 1, 1) + dt.timedelta(days=i // 20), "", "", "description",
+        objs.append(rtqa.DbObject(f"o{i}", dt.date(2023, 1, 1) + dt.timedelta(days=i // 20), "", "", "description",
                                  "", toks, set()))
-    index = rtqa._Index(objs)
+    index = rtqa.Index(objs)
     for _ in range(50):
         q = frozenset(rng.sample(vocab, rng.randint(3, 12)))
         before = dt.date(2023, 1, 1) + dt.timedelta(days=rng.randint(0, 21))

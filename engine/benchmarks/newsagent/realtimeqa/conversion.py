@@ -479,7 +479,7 @@ def _load(files: list[tuple[str, Path, Path]], stats: dict[str, Any], bad: Quara
 
 
 @dataclass
-class _Object:
+class DbObject:
     object_id: str
     date: dt.date
     sentence: str
@@ -504,10 +504,10 @@ def _object_id(url: str, sentence: str, taken: dict[str, Any]) -> str:
     raise RuntimeError(f"object id collision for {url}")
 
 
-class _Index:
+class Index:
     """Inverted index over database objects (object indices ascending = date ascending)."""
 
-    def __init__(self, objects: list[_Object]) -> None:
+    def __init__(self, objects: list[DbObject]) -> None:
         self.objects = objects
         self.ordinals = [o.date.toordinal() for o in objects]
         self.sizes = [len(o.tokens) for o in objects]
@@ -580,9 +580,9 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
             a.paragraphs = clean_article(a.text, boilerplate, keep)
 
     # Step 7: the database, in (date, url) order, deduplicated by (normalized text, date).
-    objects: list[_Object] = []
-    by_key: dict[tuple[str, dt.date], _Object] = {}
-    by_id: dict[str, _Object] = {}
+    objects: list[DbObject] = []
+    by_key: dict[tuple[str, dt.date], DbObject] = {}
+    by_id: dict[str, DbObject] = {}
     dated = sorted((a for a in articles.values() if a.date is not None and a.paragraphs),
                    key=lambda a: (a.date, a.url))
     for a in dated:
@@ -593,11 +593,11 @@ def convert(src_dir: str | Path, out_dir: str | Path, max_sentences: int = 40, t
                 by_key[key].urls.add(a.url)
                 continue
             text, kind = _render(s)
-            o = _Object(_object_id(a.url, s, by_id), a.date, s, text, kind, a.url, content_tokens(s), {a.url})
+            o = DbObject(_object_id(a.url, s, by_id), a.date, s, text, kind, a.url, content_tokens(s), {a.url})
             by_key[key] = o
             by_id[o.object_id] = o
             objects.append(o)
-    index = _Index(objects)
+    index = Index(objects)
 
     # Steps 6, 8, 9: tasks.
     tasks: list[NewsTask] = []
@@ -714,6 +714,3 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(stats, indent=2, sort_keys=True))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
