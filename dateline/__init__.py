@@ -23,7 +23,7 @@ __all__ = ["compose", "run", "run_sweep", "results", "Results", "main"]
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The run config for these Hydra overrides (typed, validated), as ``dateline run`` composes it."""
-    from ray_jobs.configs import compose as _compose
+    from ray_jobs.config.compose import compose as _compose
 
     return _compose(list(overrides))
 
@@ -75,7 +75,7 @@ class Results:
         """One episode as ``dateline show`` prints it."""
         from engine.benchmarks import get_benchmark
         from engine.storage import EpisodeStore
-        from ray_jobs.report import episodes as ev
+        from ray_jobs.outputs.report import episodes as ev
 
         (row,) = self.store.episodes(["benchmark"], episode_ids=[episode_id]).to_pylist()
         bench = get_benchmark(row["benchmark"])
@@ -87,6 +87,6 @@ def results(run_dir: str) -> Results:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ray_jobs.cli import main as _main
+    from ray_jobs.cli.main import main as _main
 
     return _main(argv)

@@ -52,3 +52,9 @@ class BadDataError(DataError):
     def __init__(self, kind: str, path: object, row: int | None, field: str | None, message: str) -> None:
         super().__init__(path, row, field, message)
         self.kind, self.message = kind, message
+
+
+class CliError(Exception):
+    """A command-line mistake: one line on stderr, exit status 2. Here, below every command, so
+    that the commands (``export``, ``report``, ...) raise it without importing the CLI that turns it
+    into an exit status."""

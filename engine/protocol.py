@@ -281,7 +281,7 @@ class BenchmarkBase:
     # Benchmark config fields that never change an episode's result (see the module docstring).
     evaluation_fields: tuple[str, ...] = ()
     pairwise: PairwiseSpec | None = None
-    # What the report draws (ray_jobs/report/): metrics compared between configurations with
+    # What the report draws (ray_jobs/outputs/report/): metrics compared between configurations with
     # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
     # metric shown task by task.
     # Version of the judge prompts (engine.scoring.judges.prompt_version over their text): part of the

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 def start_server(reproducible: bool, log_path: Path) -> Any:
     from engine.hosting.prepare_model import default_model_dir
     from engine.hosting.vllm_server import VLLMServer, engine_settings
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     m = compose([f"model.reproducible={str(reproducible).lower()}"]).model     # the default model, as a run has it
     args, env = engine_settings(m)

@@ -35,7 +35,7 @@ before) vs from its pool of threads.
 
 Then the judge stage and the reduce (``--judge-episodes``, 0 skips): analyst episodes finish at
 ``--judge-rate`` per second into the real writer, which hands them, once stored, to
-``--judge-actors`` judge actors (``ray_jobs.judge_fleet.JudgeFleet`` on a local Ray) that build the
+``--judge-actors`` judge actors (``ray_jobs.judging.fleet.JudgeFleet`` on a local Ray) that build the
 analyst judge's real requests (``--criteria`` checklist criteria per task, claim extraction per
 report chunk, 40 claims verified with MiniLM-retrieved evidence: 58 per episode by default)
 against an instant fake judge (aiohttp, in a process of its own) and write the judgements
@@ -380,8 +380,8 @@ def judge_side(a: argparse.Namespace) -> dict[str, Any]:
     from engine.llm import Endpoint
     from engine.runtime.writer import StoreWriter
     from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-    from ray_jobs.configs import compose
-    from ray_jobs.judge_fleet import JudgeFleet
+    from ray_jobs.config.compose import compose
+    from ray_jobs.judging.fleet import JudgeFleet
 
     tmp = Path(tempfile.mkdtemp(prefix="dateline-judge-scale-"))
     tasks = judge_tasks(tmp / "tasks", a.judge_tasks, a.criteria)

@@ -51,7 +51,7 @@ RATIO_GOAL = 0.9
 
 def model_config() -> Any:
     """The default model of a run (conf/model/local_cpu.yaml), as Hydra composes it."""
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     return compose([]).model
 

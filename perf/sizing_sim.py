@@ -5,10 +5,10 @@ the sizing and reallocation code the driver runs (issue 33); no Ray, no GPUs.
 
 Each scenario runs twice, side by side, on the same simulated cluster:
 
-* **before**: the sizing the driver had (``ray_jobs.sizing.size_replicas``, the real function):
+* **before**: the sizing the driver had (``ray_jobs.cluster.sizing.size_replicas``, the real function):
   a wave's auto models share the GPUs by projected *tokens* x GPUs per replica, a hosted judge's
   work counts one token per episode, and pools are released only when the wave ends;
-* **by work**: ``ray_jobs.allocation.plan`` at the start and ``Reallocator.step`` every tick:
+* **by work**: ``ray_jobs.cluster.allocation.plan`` at the start and ``Reallocator.step`` every tick:
   replicas by replica-seconds of work (the judge's included), capped where loading would exceed a
   tenth of what a pool holds, drained pools released mid-wave and their GPUs given to the pools
   that would finish last.
@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.config import ModelConfig  # noqa: E402
-from ray_jobs.allocation import PoolWork, Reallocator, plan  # noqa: E402
-from ray_jobs.sizing import size_replicas  # noqa: E402
+from ray_jobs.cluster.allocation import PoolWork, Reallocator, plan  # noqa: E402
+from ray_jobs.cluster.sizing import size_replicas  # noqa: E402
 
 
 @dataclass

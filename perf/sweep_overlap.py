@@ -43,9 +43,9 @@ def main() -> None:
     add_latency_args(ap)
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from ray_jobs.configs import compose
+    from ray_jobs.cluster.session import Session
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run_sweep
-    from ray_jobs.session import Session
 
     budgets = [int(b) for b in a.budgets.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="sweep-overlap-"))

@@ -45,7 +45,7 @@ class Seen:
 
 def cli(*argv: str) -> tuple[int, str, str]:
     """``dateline ARGV`` in this process: (exit status, stdout, stderr)."""
-    from ray_jobs.cli import main
+    from ray_jobs.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -61,7 +61,7 @@ def seen(run_dirs: list[Path] | Path, benchmark: str, out: Path, *, export: bool
     """Every output of ``run_dirs`` (the first one for the single-dir commands) for ``benchmark``.
     ``extra``: flags for ``dateline metrics`` (``--judge J``, ``--score-failures X``)."""
     from dateline import results
-    from ray_jobs.report import build
+    from ray_jobs.outputs.report import build
 
     dirs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
     first = str(dirs[0])

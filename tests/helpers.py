@@ -84,10 +84,10 @@ def metrics_of(bench: Any, rows: list[dict[str, Any]], judged: bool = True, poli
 def judge_as_a_run_does(cfg: Any, bench: Any, store: Any, config_hash: str,
                         endpoints: Any = lambda m: []) -> dict[str, Any]:
     """Judge one configuration's stored episodes the way ``dateline run`` does
-    (``ray_jobs/run/judging.py`` and ``waves.py``): a :class:`~ray_jobs.judge.JudgeStream` on the
+    (``ray_jobs/run/judging.py`` and ``waves.py``): a :class:`~ray_jobs.judging.stream.JudgeStream` on the
     judge's endpoints (``endpoints(model_config)`` hosts a judge model), fed the configuration's
     ok rows, then finished. Returns its stats (requests, ok, failed, ...)."""
-    from ray_jobs.judge import JudgeStream, judge_endpoints
+    from ray_jobs.judging.stream import JudgeStream, judge_endpoints
 
     stream = JudgeStream(flush_s=0.05)
     try:

@@ -26,7 +26,13 @@ The rules (each test below fails on a violation that is not in its allow-list):
    (engine/benchmarks/__init__.py and modules directly in engine/benchmarks/ are shared, and fine);
 4. no ``from x import _name`` (a private name: one leading underscore, not a dunder) where ``x`` is
    another module of the project (a module taking its own private names is fine; a package's
-   module taking a private name from a sibling or from its package's ``__init__`` is across modules).
+   module taking a private name from a sibling or from its package's ``__init__`` is across modules);
+5. the packages of ``ray_jobs/`` import only the packages their layer allows (``RAY_JOBS_LAYERS``; issue 44):
+   nothing imports ``cli/``; ``cluster/`` knows no job; ``outputs/`` starts nothing (no Ray, no
+   ``cluster``, no job); ``run`` and ``build`` may use ``judging``, ``budget``, ``cluster`` and
+   ``config``; the one edge between two jobs is ``build -> run``; of ``config/``, only the job
+   harness touches ``cluster``. The ``ray_jobs/`` root holds only ``__init__.py``;
+6. no module of engine/, indexes/ or ray_jobs/ is over ``MAX_MODULE_LINES`` lines (split it along its seams).
 
 Run ``pytest -q tests/test_boundaries.py -rA`` (or ``-s``) to see the graph's report: every SCC with
 the edges that close it (file:line and kind), the private imports, and the function-level counts.
@@ -73,7 +79,7 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str, str]] = frozenset({
 # import statements. A tight ratchet: the test fails above this number (an in-project import put in
 # a function is the usual way a cycle is hidden from Python, and this graph counts it anyway), and
 # below it too, with the number to write here, so it stays the real count and only goes down.
-FUNCTION_LEVEL_IN_PROJECT = 140
+FUNCTION_LEVEL_IN_PROJECT = 141
 # Function-level imports of everything else (stdlib and third party). A ceiling only, not a tight
 # ratchet: many are deliberate lazy imports of heavy dependencies (ray, pyarrow, openai, hydra) that
 # keep `dateline` and the workers quick to start, so moving one to the top is not progress per se
@@ -81,6 +87,32 @@ FUNCTION_LEVEL_IN_PROJECT = 140
 # 136: torch in the index replica's constructor (its thread count; LocalIndex users never load it).
 # 137: ray in estimate.cluster_nodes (what the planner prices on; estimate is imported before Ray starts).
 FUNCTION_LEVEL_OTHER_CEILING = 137
+
+
+# Rule 5: which ray_jobs packages each ray_jobs package may import (besides itself, engine and
+# indexes). ``cli`` may import them all and nothing may import it; a package missing here is a new
+# package of the root, which needs its line (and a docstring saying what it owns).
+RAY_JOBS_LAYERS: dict[str, frozenset[str]] = {
+    "cli": frozenset({"config", "cluster", "budget", "judging", "run", "build", "outputs"}),
+    "build": frozenset({"run", "judging", "budget", "cluster", "config"}),      # build -> run: the one job-to-job edge
+    "run": frozenset({"judging", "budget", "cluster", "config"}),
+    "judging": frozenset({"budget", "cluster", "config"}),
+    "budget": frozenset({"cluster"}),
+    "cluster": frozenset({"config"}),           # the doctor composes its overrides; no job
+    "config": frozenset({"cluster"}),           # the harness alone (CONFIG_TO_CLUSTER)
+    "outputs": frozenset(),                     # reads run dirs: no job, no cluster
+}
+CONFIG_TO_CLUSTER = frozenset({"ray_jobs.config.harness"})       # builds the jobs' Session
+NO_RAY = frozenset({"outputs"})                  # packages that never import ray itself
+
+# Rule 6: the longest a module may be, and the modules over it today (the list only shrinks).
+MAX_MODULE_LINES = 400
+ALLOWED_LONG_MODULES: frozenset[str] = frozenset({
+    "engine.benchmarks.analyst.cgroup", "engine.benchmarks.analyst.sandbox", "engine.config.schema",
+    "engine.hosting.replica", "engine.llm.client", "engine.scoring.outcomes", "engine.scoring.racing.race",
+    "ray_jobs.budget.ledger", "ray_jobs.outputs.export_inspect", "ray_jobs.outputs.report.compute_runs",
+    "ray_jobs.run.dispatch_loop",
+})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +344,48 @@ def cross_benchmark_imports(graph: Graph) -> list[Edge]:
             if (a := _benchmark(graph, e.importer)) and (b := _benchmark(graph, e.target)) and a != b]
 
 
+def _ray_jobs_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "ray_jobs" else None
+
+
+def layer_violations(graph: Graph) -> list[tuple[Edge, str]]:
+    """Rule 5: each edge between ray_jobs packages that its layer does not allow, with why."""
+    bad: list[tuple[Edge, str]] = []
+    for e in graph.edges:
+        src = _ray_jobs_package(e.importer)
+        if src is None:
+            continue
+        if not e.in_project:
+            if src in NO_RAY and e.target.split(".")[0] == "ray":
+                bad.append((e, f"{src}/ starts nothing: no ray"))
+            continue
+        dst = _ray_jobs_package(e.target)
+        if dst is None or dst == src:
+            continue
+        if dst == "cli":
+            bad.append((e, "nothing imports cli/"))
+        elif src not in RAY_JOBS_LAYERS:
+            bad.append((e, f"ray_jobs/{src}/ has no line in RAY_JOBS_LAYERS"))
+        elif dst not in RAY_JOBS_LAYERS[src]:
+            bad.append((e, f"{src}/ may not import {dst}/ (it may import: {', '.join(sorted(RAY_JOBS_LAYERS[src])) or 'no other package'})"))
+        elif src == "config" and dst == "cluster" and e.importer not in CONFIG_TO_CLUSTER:
+            bad.append((e, "of config/, only the job harness touches cluster/"))
+    return bad
+
+
+def root_modules(root: Path = REPO) -> list[str]:
+    """The files at the root of ray_jobs/ other than its ``__init__.py`` (rule 5)."""
+    return sorted(p.name for p in (root / "ray_jobs").glob("*.py") if p.name != "__init__.py")
+
+
+def long_modules(root: Path = REPO, roots: Iterable[str] = ROOTS) -> dict[str, int]:
+    """Rule 6: every module over MAX_MODULE_LINES lines, with its length."""
+    modules, _ = find_modules(root, roots)
+    lengths = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in modules.items()}
+    return {m: n for m, n in sorted(lengths.items()) if n > MAX_MODULE_LINES}
+
+
 # ---------------------------------------------------------------------------------------------
 # The rules, on the project
 # ---------------------------------------------------------------------------------------------
@@ -376,6 +450,26 @@ def test_no_new_private_imports_across_modules() -> None:
 def test_private_import_allow_list_is_current() -> None:
     stale = sorted(ALLOWED_PRIVATE_IMPORTS - set(private_imports(project())))
     assert not stale, f"ALLOWED_PRIVATE_IMPORTS entries that no longer occur (remove them in this commit): {stale}"
+
+
+def test_ray_jobs_packages_import_only_what_their_layer_allows() -> None:
+    bad = [f"{e.importer} -> {e.target}: {e.where()}: {why}" for e, why in layer_violations(project())]
+    assert not bad, "imports across ray_jobs packages that break the layering (RAY_JOBS_LAYERS):\n" + "\n".join(bad)
+
+
+def test_every_ray_jobs_package_has_a_layer_and_the_root_only_its_init() -> None:
+    packages = {m.split(".")[1] for m in project().packages if m.count(".") == 1 and m.startswith("ray_jobs.")}
+    assert packages == set(RAY_JOBS_LAYERS), "ray_jobs/ packages and RAY_JOBS_LAYERS differ"
+    assert root_modules() == [], "the ray_jobs/ root holds only __init__.py: put each module in its package"
+
+
+def test_no_module_over_the_line_limit() -> None:
+    found = long_modules()
+    new = {m: n for m, n in found.items() if m not in ALLOWED_LONG_MODULES}
+    assert not new, (f"modules over {MAX_MODULE_LINES} lines (split each along its seams):\n"
+                     + "\n".join(f"  {m}: {n}" for m, n in new.items()))
+    stale = sorted(ALLOWED_LONG_MODULES - set(found))
+    assert not stale, f"ALLOWED_LONG_MODULES entries now within the limit (remove them in this commit): {stale}"
 
 
 def test_function_level_import_counts() -> None:
@@ -503,3 +597,60 @@ def test_builder_finds_layer_and_benchmark_violations(tmp_path: Path) -> None:
     assert {(e.importer, e.target, e.kind) for e in cross_benchmark_imports(graph)} == {
         ("engine.benchmarks.a.core", "engine.benchmarks.b", TOP),
         ("engine.benchmarks.b.deep.leaf", "engine.benchmarks.a.core", TYPE_CHECKING)}
+
+
+# Rule 5 and 6 on synthetic trees: one violation per rule, each found (and nothing else).
+LAYER_CASES = {
+    "nothing imports cli": ("ray_jobs/run/x.py", "from ray_jobs.cli import main\n", "nothing imports cli/"),
+    "cluster knows no job": ("ray_jobs/cluster/x.py", "from ray_jobs.run import y\n", "cluster/ may not import run/"),
+    "cluster knows no judging": ("ray_jobs/cluster/x.py", "def f():\n    import ray_jobs.judging.y\n",
+                                 "cluster/ may not import judging/"),
+    "outputs starts no ray": ("ray_jobs/outputs/x.py", "import ray\n", "outputs/ starts nothing: no ray"),
+    "outputs starts no session": ("ray_jobs/outputs/x.py", "from ray_jobs.cluster.y import Session\n",
+                                  "outputs/ may not import cluster/"),
+    "outputs imports no job": ("ray_jobs/outputs/x.py", "from ray_jobs.run.y import z\n", "outputs/ may not import run/"),
+    "run does not import build": ("ray_jobs/run/x.py", "from ray_jobs.build import y\n", "run/ may not import build/"),
+    "judging imports no job": ("ray_jobs/judging/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                               "    from ray_jobs.run.y import z\n", "judging/ may not import run/"),
+    "judging imports no output": ("ray_jobs/judging/x.py", "from ray_jobs.outputs import y\n",
+                                  "judging/ may not import outputs/"),
+    "budget imports no judging": ("ray_jobs/budget/x.py", "from ray_jobs.judging import y\n",
+                                  "budget/ may not import judging/"),
+    "config touches cluster only in the harness": ("ray_jobs/config/x.py", "from ray_jobs.cluster import y\n",
+                                                   "of config/, only the job harness touches cluster/"),
+    "a package without a layer": ("ray_jobs/newjob/x.py", "from ray_jobs.run import y\n",
+                                  "ray_jobs/newjob/ has no line in RAY_JOBS_LAYERS"),
+}
+LAYER_PACKAGES = ("cli", "run", "build", "cluster", "judging", "budget", "outputs", "config", "newjob")
+
+
+def _layer_tree(tmp_path: Path, extra: dict[str, str]) -> Graph:
+    files = {"ray_jobs/__init__.py": ""}
+    for pkg in LAYER_PACKAGES:
+        files[f"ray_jobs/{pkg}/__init__.py"] = ""
+        files[f"ray_jobs/{pkg}/y.py"] = ""
+    files.update({"ray_jobs/cli/main.py": "", "ray_jobs/config/harness.py": "from ray_jobs.cluster import y\n",
+                  "ray_jobs/build/ok.py": "from ray_jobs.run import y\n",          # build -> run: allowed
+                  "ray_jobs/run/ok.py": "from ray_jobs.judging import y\nfrom ray_jobs.budget import y\n",
+                  "ray_jobs/cli/ok.py": "from ray_jobs.outputs import y\nimport ray\n"})
+    files.update(extra)
+    _write(tmp_path, files)
+    return build_graph(tmp_path, ["ray_jobs"])
+
+
+def test_layer_rules_allow_the_allowed_edges(tmp_path: Path) -> None:
+    assert layer_violations(_layer_tree(tmp_path, {})) == []
+
+
+@pytest.mark.parametrize("case", sorted(LAYER_CASES))
+def test_layer_rule_fails_on_an_import_that_breaks_it(tmp_path: Path, case: str) -> None:
+    path, text, why = LAYER_CASES[case]
+    found = layer_violations(_layer_tree(tmp_path, {path: text}))
+    assert [(e.path, w.startswith(why)) for e, w in found] == [(path, True)], found
+
+
+def test_root_and_line_checks_find_what_breaks_them(tmp_path: Path) -> None:
+    _write(tmp_path, {"ray_jobs/__init__.py": "", "ray_jobs/drawer.py": "", "engine/__init__.py": "",
+                      "engine/big.py": "x = 1\n" * (MAX_MODULE_LINES + 1), "engine/fits.py": "x = 1\n" * MAX_MODULE_LINES})
+    assert root_modules(tmp_path) == ["drawer.py"]
+    assert long_modules(tmp_path, ["engine", "ray_jobs"]) == {"engine.big": MAX_MODULE_LINES + 1}

@@ -161,7 +161,7 @@ def test_what_the_pins_set_is_outside_the_config_hash(tmp_path):
     clone, so a clone elsewhere or another DATELINE_CACHE gives other episode ids for the same
     weights) and the dtype this CPU resolves."""
     from engine.hosting.vllm_server import planned_dtype
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import plan
 
     cfg = compose([f"run.dir={tmp_path / 'run'}"])

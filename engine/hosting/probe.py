@@ -1,6 +1,6 @@
 """Start a model's vLLM server on this machine and measure its prompt (prefill) and decode rates.
 
-Shared by ``dateline doctor`` (``ray_jobs/doctor.py``: a ~10 s probe), ``perf/cpu_dtype.py`` (the
+Shared by ``dateline doctor`` (``ray_jobs/cluster/doctor.py``: a ~10 s probe), ``perf/cpu_dtype.py`` (the
 two dtypes side by side) and ``perf/engine_ceiling.py``. The server runs with the settings a
 replica of the model would get on this machine (:func:`engine.hosting.vllm_server.engine_settings`),
 plus ``VLLM_SERVER_DEV_MODE=1`` for ``POST /reset_prefix_cache``.

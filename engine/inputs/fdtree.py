@@ -1,6 +1,6 @@
 """Host operations on a folder that untrusted code can write, through descriptors only.
 
-A model-written snippet owns its episode folder (``engine/benchmarks/analyst/sandbox.py``); the
+A model-written snippet owns its episode folder (``engine/sandbox/``); the
 worker, often root, then walks it (the disk quota, the file list), copies what it holds to an
 object store, and removes it for a retried attempt. Any of these done *by path* can be turned
 against the host: a folder swapped for a link between the listing and the next call sends the

@@ -75,7 +75,7 @@ def _reconstructed() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
-# the driver's ledger snapshots: RUN_DIR/budget-live-<run id>.json (ray_jobs/budget.py writes them)
+# the driver's ledger snapshots: RUN_DIR/budget-live-<run id>.json (ray_jobs/budget/ledger.py writes them)
 LIVE_PREFIX = "budget-live-"
 
 

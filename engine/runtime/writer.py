@@ -169,7 +169,7 @@ class StoreWriter:
         self._put(store, rows)
 
     def put_judgements(self, store: EpisodeStore, judgements: Sequence[dict[str, Any]]) -> None:
-        """Hand over judgement rows (``ray_jobs.judge.JudgeCaller``'s, each with its ``_calls`` and
+        """Hand over judgement rows (``ray_jobs.judging.stream.JudgeCaller``'s, each with its ``_calls`` and
         ``_messages``): written as one judgements shard per run dir per flush."""
         rows = _Rows(judgements=list(judgements))
         rows.nbytes = approx_bytes(rows.judgements)

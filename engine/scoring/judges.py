@@ -30,9 +30,6 @@ from typing import Any
 from engine.config import stable_hash
 
 # decided in engine/identity.py; re-exported here, where benchmarks and plugins import them from
-from engine.identity import evaluation_settings as evaluation_settings
-from engine.identity import prompt_version as prompt_version
-from engine.identity import source_version as source_version
 
 SELF_JUDGED = "self-judged"
 

@@ -1,5 +1,5 @@
 """Pairwise comparison of finished runs: which systems meet on which tasks, in which order, and
-how a stored verdict becomes an outcome. Plain Python; the Ray stage is ``ray_jobs/pairwise.py``.
+how a stored verdict becomes an outcome. Plain Python; the Ray stage is ``ray_jobs/judging/pairwise.py``.
 
 A *system* is one configuration of a benchmark (model + agent + data, i.e. a ``config_hash``)
 found in a run directory, or the task's reference (human-written) text. Systems are plain dicts

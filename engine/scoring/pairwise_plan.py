@@ -1,6 +1,6 @@
 """What a pairwise stage compares: the systems it collects from run dirs (their texts per task,
 and the human reference), and the plan record (``plan.json``) that says which settings chose them.
-The stage (``ray_jobs/pairwise.py``) writes the record; the report (``ray_jobs/report/
+The stage (``ray_jobs/judging/pairwise.py``) writes the record; the report (``ray_jobs/outputs/report/
 compute_pairwise.py``) reads it and collects the current texts again, so both import this module
 and neither imports the other's.
 """

@@ -147,7 +147,7 @@ class JudgedDir(ShardedDir):
 
     def _judgements_keep(self, files: list[str]) -> pa.Array[Any]:
         """Rows of ``files`` compaction keeps: per (judge, episode, key) the best row (ok over
-        failed, then newest), and, when that row's value is None (so ``ray_jobs.judge.settled``
+        failed, then newest), and, when that row's value is None (so ``ray_jobs.judging.stream.settled``
         looks at the newest failed row's error to decide a retry), the newest failed row too;
         per judge the row :meth:`judges` reads its identity from."""
         t = self._judgement_table(["judge", "episode_id", "key", "value", "ok", "batch_id", "judge_model",

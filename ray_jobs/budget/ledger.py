@@ -28,7 +28,7 @@ from engine.errors import ConfigError
 from engine.runtime.budget_actor import LIVE_PREFIX
 from engine.runtime.dispatch import BUDGET_EXHAUSTED, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.storage import EpisodeStore
-from ray_jobs.session import Session
+from ray_jobs.cluster.session import Session
 
 log = logging.getLogger("dateline.budget")
 

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from engine.errors import CliError
+from engine.provenance import dateline_version as version
 from engine.runtime.logs import configure as configure_logging
-from ray_jobs import cli_commands as commands
-from ray_jobs.cli_errors import CliError
-from ray_jobs.provenance import dateline_version as version
+from ray_jobs.outputs import commands
 
 HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
 HYDRA_HELP: dict[str, tuple[str, list[tuple[str, str]]]] = {}    # (what it does, its own options) per command
@@ -188,7 +188,7 @@ def _own_parser(cmd: str) -> tuple[argparse.ArgumentParser, Callable[[list[str]]
     """The parser of a command whose options live with its module (imported only when it runs, so
     that ``dateline`` starts fast), and what rewrites older forms of its arguments first."""
     if cmd == "report":
-        from ray_jobs import report
+        from ray_jobs.outputs import report
 
         p = OneLineParser(prog="dateline report", description=REPORT_HELP)
         report.add_arguments(p)
@@ -244,7 +244,8 @@ def _logging(level: str) -> None:
 def _dispatch(a: argparse.Namespace) -> int:
     cmd = a.command
     if cmd in HYDRA_COMMANDS:
-        from ray_jobs.configs import check_overrides, config_help
+        from ray_jobs.config.help import config_help
+        from ray_jobs.config.overrides import check_overrides
 
         overrides = list(a.overrides)
         name = "pairwise" if cmd == "pairwise" else "config"
@@ -261,18 +262,23 @@ def _dispatch(a: argparse.Namespace) -> int:
 
             return _hydra(hydra_entry, overrides)
         if cmd == "estimate":
-            from ray_jobs.estimate import main as estimate_main
+            from ray_jobs.run.estimate import main as estimate_main
 
             return estimate_main([f"--tasks={a.tasks}", *overrides])
         if cmd == "pairwise":
-            from ray_jobs.pairwise import hydra_entry as pairwise_entry
+            from ray_jobs.judging.pairwise import hydra_entry as pairwise_entry
+            from ray_jobs.outputs.report import pairwise_summary
 
-            return _hydra(pairwise_entry, overrides)
-        from ray_jobs.configs import hydra_main
+            def summary(info: dict[str, Any]) -> None:
+                sys.stderr.write(pairwise_summary(info["out"]) + "\n")
+
+            return _hydra(lambda: pairwise_entry(summary), overrides)
+        from ray_jobs.build.checklists import analyst_checklists
+        from ray_jobs.config.harness import hydra_main
 
         given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
         sys.argv = [sys.argv[0], *[f"{g}=analyst" for g in ("benchmark", "agent") if g not in given], *overrides]
-        hydra_main("config", commands.analyst_checklists)
+        hydra_main("config", analyst_checklists)
         return 0
     if cmd == "metrics":
         return commands.metrics(a)
@@ -285,21 +291,21 @@ def _dispatch(a: argparse.Namespace) -> int:
     if cmd == "repair":
         return commands.repair(a.run_dir, a.dry_run)
     if cmd == "export":
-        from ray_jobs.export import export
+        from ray_jobs.outputs.export import export
 
         for line in export(a.run_dir, a.to, a.experiment, tracking_uri=a.tracking_uri, wandb_dir=a.dir,
                            log_dir=a.log_dir):
             sys.stdout.write(line + "\n")
         return 0
     if cmd == "doctor":
-        from ray_jobs.doctor import DoctorError, doctor
+        from ray_jobs.cluster.doctor import DoctorError, doctor
 
         try:
             return doctor(a.overrides, probe=not a.no_probe, say=lambda line: sys.stdout.write(line + "\n"))
         except DoctorError as e:
             raise CliError(str(e)) from e
     if cmd == "race-replay":
-        from ray_jobs.race_replay import run as race_replay
+        from ray_jobs.outputs.race_replay import run as race_replay
 
         return race_replay(a)
     raise CliError(f"unknown command {cmd!r}")
@@ -311,7 +317,7 @@ def _hydra(entry: Callable[[], None], overrides: list[str]) -> int:
     try:
         entry()
     except SystemExit as e:             # the run's honest exit status (ray_jobs.run.results.exit_code), 130 / 143
-        return int(e.code or 0) if not isinstance(e.code, str) else 1      # after a signal (ray_jobs/stopping.py)
+        return int(e.code or 0) if not isinstance(e.code, str) else 1      # after a signal (ray_jobs/cluster/signals.py)
     except KeyboardInterrupt:           # Ctrl-C before the entry point armed its own handlers
         sys.stderr.write("dateline: stopped by SIGINT before it started; the same command starts it\n")
         return 130

@@ -77,7 +77,8 @@ def doctor(overrides: Sequence[str] = (), probe: bool = True, say: Callable[[str
     cannot be probed (missing, or its settings do not fit this machine)."""
     from engine.hosting.machine import describe, detect
     from engine.hosting.vllm_server import derives_cpu_settings, resolved_engine
-    from ray_jobs.configs import check_overrides, compose
+    from ray_jobs.config.compose import compose
+    from ray_jobs.config.overrides import check_overrides
 
     check_overrides("config", list(overrides))      # a misspelt override: one line, exit status 2, before the report
     facts = detect()

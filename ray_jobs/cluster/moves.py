@@ -3,8 +3,8 @@
 The dispatch loop notices a model group whose episodes are all done (nothing queued, nothing in
 flight, no worker restarting) while others still have episodes queued, and whose pool nothing
 else needs (a later wave, a judge). :func:`release_and_grow` then runs on the supervisor's thread
-(``ray_jobs/run/supervisor.py``): the pool is stopped (its uptime kept for the wave's accounting),
-and :class:`ray_jobs.allocation.Reallocator` decides which of the other auto-sized pools get
+(``ray_jobs/cluster/supervisor.py``): the pool is stopped (its uptime kept for the wave's accounting),
+and :class:`ray_jobs.cluster.allocation.Reallocator` decides which of the other auto-sized pools get
 replicas on what came free, from their work left: episodes queued and in flight times their
 replica-seconds per episode measured in this dispatch so far. ``ModelPool.grow`` places and starts
 them; they join rotation at a later health check, and the workers' routers send new episodes
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import ModelConfig
-from ray_jobs.allocation import PoolWork, Reallocator
-from ray_jobs.sizing import unit
+from ray_jobs.cluster.allocation import PoolWork, Reallocator
+from ray_jobs.cluster.sizing import unit
 
 log = logging.getLogger(__name__)
 

@@ -188,7 +188,7 @@ class Session:
             self.reserved.pop(other).stop()
 
     def release(self, key: str) -> float:
-        """Stop the pool ``key`` mid-wave (its queue drained: ray_jobs/run/supervisor.py), keeping
+        """Stop the pool ``key`` mid-wave (its queue drained: ray_jobs/cluster/supervisor.py), keeping
         its replica uptime for the wave's accounting; returns that uptime."""
         entry = self.pools.pop(key, None)
         if entry is None:
@@ -263,7 +263,7 @@ class Session:
     def close(self) -> None:
         pools = [*(p for p, _ in self.pools.values()), *self.reserved.values()]
         # every replica's server is told to stop at once (ModelPool.stop then waits for each in turn,
-        # and its own stop call finds the server gone): a stopped run (ray_jobs/stopping.py) has
+        # and its own stop call finds the server gone): a stopped run (ray_jobs/cluster/signals.py) has
         # seconds, not a vLLM shutdown per replica one after another
         for pool in pools:
             for r in list(getattr(pool, "replicas", ())):

@@ -43,10 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from engine.config import Config
+from typing import Any, TypeVar
 
 log = logging.getLogger("dateline.stop")
 
@@ -116,29 +113,6 @@ def stop_line(signum: int, tally: Tally | None) -> str:
     return f"stopped by {name}: {', '.join(parts)}; the same command resumes"
 
 
-def tally(cfgs: list[Config]) -> Tally:
-    """What the store holds for the planned episodes of ``cfgs`` (planned as the run planned
-    them, :func:`ray_jobs.run.planning.plan`; the same configuration in the same run dir once)."""
-    from engine.benchmarks import get_benchmark
-    from engine.inputs.quarantine import collecting
-    from engine.storage import EpisodeStore
-    from ray_jobs.run.planning import plan
-
-    out = Tally()
-    seen: set[str] = set()
-    for cfg in cfgs:
-        with collecting():          # bad rows were reported when the run planned
-            p = plan(cfg)
-        key = f"{p.config_hash}@{p.run_dir}"
-        if key in seen:
-            continue
-        seen.add(key)
-        store = EpisodeStore(p.run_dir, get_benchmark(cfg.benchmark.name).episode_fields)
-        rows = store.episodes(["episode_id", "status"], config_hash=p.config_hash).to_pylist()
-        out.add([s.episode_id for s in p.specs], {r["episode_id"]: r["status"] for r in rows})
-    return out
-
-
 @dataclass
 class _State:
     armed: bool = False
@@ -148,7 +122,7 @@ class _State:
     deferred: int = 0               # > 0 inside the dispatch loop: a signal sets the flag only
     reporting: bool = False         # report() started (the main thread's or the watchdog's)
     printed: threading.Event = field(default_factory=threading.Event)      # the line is out
-    cfgs: list[Any] = field(default_factory=list)
+    tally: Callable[[], Tally] | None = None    # what the run planned, by what its stores hold (track())
     seen: dict[int, Any] = field(default_factory=dict)     # descendants met since the signal (psutil)
     wake: threading.Event = field(default_factory=threading.Event)     # the first signal, or disarm()
     cancelled: bool = False         # disarmed: the watchdog does nothing
@@ -159,13 +133,13 @@ class _State:
 _state = _State()
 
 
-def arm(cfgs: list[Config]) -> None:
-    """Stop the run of ``cfgs`` (the list is read when the stop is reported, so Hydra may still be
-    filling it) cleanly on SIGINT and SIGTERM, until :func:`disarm`. Main thread only (elsewhere
-    the process's handlers stay as they are)."""
+def arm() -> None:
+    """Stop the run cleanly on SIGINT and SIGTERM, until :func:`disarm`. Main thread only
+    (elsewhere the process's handlers stay as they are). The line a stop prints counts the planned
+    episodes once the job has said what it planned (:func:`track`)."""
     global _state
     disarm()
-    st = _State(armed=True, cfgs=cfgs)
+    st = _State(armed=True)
     if threading.current_thread() is threading.main_thread():
         st.previous = {s: signal.getsignal(s) for s in SIGNALS}
         # started now, not by the handler: a handler that started a thread could deadlock on
@@ -173,6 +147,14 @@ def arm(cfgs: list[Config]) -> None:
         threading.Thread(target=_watch, args=(st,), name="dateline-stop", daemon=True).start()
     _state = st
     install()
+
+
+def track(tally: Callable[[], Tally]) -> None:
+    """What a stop's line counts: ``tally()`` is called when the stop is reported and says what the
+    job's stores hold for the episodes it planned. The job registers it once its points are planned
+    (before that, the line says only that the same command resumes). This package knows no job:
+    the job hands it the count."""
+    _state.tally = tally
 
 
 def install() -> None:
@@ -320,7 +302,7 @@ def _claim(st: _State) -> bool:
 def _print_line(st: _State, signum: int) -> None:
     try:
         try:
-            counts: Tally | None = tally(list(st.cfgs))
+            counts: Tally | None = st.tally() if st.tally is not None else None
         except Exception as e:  # noqa: BLE001 - the line is printed whatever the store says
             log.warning("counting the stopped run's episodes: %s: %s", type(e).__name__, e)
             counts = None

@@ -33,7 +33,7 @@ from typing import Any
 from engine.benchmarks import get_benchmark
 from engine.config import ClusterConfig, ModelConfig, engine_batch, stable_hash, to_plain
 from engine.storage import EpisodeStore, is_run_dir
-from ray_jobs.allocation import EFFICIENCY, PoolWork, plan
+from ray_jobs.cluster.allocation import EFFICIENCY, PoolWork, plan
 
 log = logging.getLogger("dateline.sizing")
 
@@ -256,7 +256,7 @@ def size_by_work(models: dict[str, ModelConfig], work_s: dict[str, float], load_
                  nodes: list[dict[str, float]], reserve_cpus: float = 0.0,
                  upstream: dict[str, tuple[str, ...]] | None = None, efficiency: float | None = None,
                  budget_gpu_s: float | None = None) -> dict[str, int] | None:
-    """Replicas per model from replica-seconds of work (:func:`ray_jobs.allocation.plan`): fixed
+    """Replicas per model from replica-seconds of work (:func:`ray_jobs.cluster.allocation.plan`): fixed
     counts placed first, then the auto models sized on their one resource (GPU, or CPU for
     CPU-only models less ``reserve_cpus``). None when the auto models are sized on different
     resources (the token split of :func:`size_replicas` then decides)."""

@@ -6,7 +6,7 @@ failed check or push is logged and tried again at the next round; a pool with no
 reported (:attr:`Supervisor.failing`) and the loop stops its model.
 
 **Moves** (:meth:`Supervisor.move`): the loop hands over a pool whose queue has drained; here it
-is released (its GPUs back to Ray) and :class:`ray_jobs.allocation.Reallocator` gives them to the
+is released (its GPUs back to Ray) and :class:`ray_jobs.cluster.allocation.Reallocator` gives them to the
 pools with the most work left (``ModelPool.grow``), mid-wave; what moved is in :attr:`moves`."""
 
 from __future__ import annotations

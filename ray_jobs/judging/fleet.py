@@ -1,4 +1,4 @@
-"""Judge actors: a :class:`~ray_jobs.judge.JudgeStream` in each of ``judge.actors`` Ray actors
+"""Judge actors: a :class:`~ray_jobs.judging.stream.JudgeStream` in each of ``judge.actors`` Ray actors
 (``JudgeWorker``), and ``JudgeFleet``, which spreads a configuration's rows over them from the
 driver. ``judge.actors=0`` runs the stream on a driver thread instead (``ray_jobs/run/judging.py``)."""
 
@@ -16,7 +16,7 @@ from engine.config import Config
 from engine.llm import Endpoint
 from engine.protocol import Benchmark
 from engine.storage import EpisodeStore
-from ray_jobs.judge import JudgeStream
+from ray_jobs.judging.stream import JudgeStream
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class JudgeFleet:
     ``finish``, ``close``), started on the first ``add``. A configuration's rows are spread over
     the actors by task (every row of one task goes to one actor, so a task-level judgement its
     seeds share is still asked once); a configuration whose budget gate lives in the driver's
-    memory (a judge priced apart from the model, ``ray_jobs.budget.judge_budget_gate``) is judged
+    memory (a judge priced apart from the model, ``ray_jobs.budget.ledger.judge_budget_gate``) is judged
     by one actor, so its cap is counted in one place. ``submit`` returns at once (an actor call
     whose result is not awaited); ``finish`` waits for every actor that holds the configuration.
 

@@ -5,7 +5,7 @@ runs two at a time, as a stage of its own over their Parquet.
    reference texts), each with its output per task (the lowest seed when there are several).
 2. Comparisons: every pair on every task both have an output for, the order seeded
    (``engine.scoring.pairwise``); written to ``OUT/comparisons`` before any judging.
-3. Judging: the batched judge stage machinery (``ray_jobs.judge.judge_batch``): all verdicts in
+3. Judging: the batched judge stage machinery (``ray_jobs.judging.stream.judge_batch``): all verdicts in
    flight at once, malformed ones retried then stored as failures, results flushed as they come
    to ``OUT/judgements``, keyed by (comparison, judge identity, protocol). A re-run judges only
    what is missing; new systems or tasks add comparisons without repeating old ones.
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -31,11 +31,10 @@ from engine.inputs.paths import out_path
 from engine.protocol import JudgeRequest
 from engine.scoring.judges import judge_identity, same_model
 from engine.scoring.pairwise import plan
+from engine.scoring.pairwise_plan import PLAN_FILE, collect, pairwise_spec, plan_record, protocols, run_roots
 from engine.storage import PairwiseStore
-from ray_jobs.judge import judge_batch, judge_endpoints, settled
-from ray_jobs.pairwise_plan import PLAN_FILE, collect, pairwise_spec, plan_record, protocols, run_roots
-from ray_jobs.report import pairwise_summary
-from ray_jobs.session import Session
+from ray_jobs.cluster.session import Session
+from ray_jobs.judging.stream import judge_batch, judge_endpoints, settled
 
 log = logging.getLogger("dateline.pairwise")
 
@@ -103,15 +102,22 @@ def _run_pairwise(cfg: PairwiseConfig, session: Session | None) -> dict[str, Any
             session.close()
     info["wall_s"] = round(time.time() - t0, 1)
     info["config"] = to_plain(cfg)
+    info["out"] = str(store.root)
     store.write_json(f"pairwise-{time.strftime('%Y%m%d-%H%M%S')}.json", info)
-    sys.stderr.write(pairwise_summary(store.root) + "\n")
     return info
 
 
-def hydra_entry() -> None:
-    from ray_jobs.configs import hydra_main
+def hydra_entry(done: Callable[[dict[str, Any]], object] | None = None) -> None:
+    """``dateline pairwise``: each composed comparison judged; ``done(info)`` after each (the CLI
+    prints the summary from the report's module: a judging job imports no output)."""
+    from ray_jobs.config.harness import hydra_main
 
-    hydra_main("pairwise", lambda cfg, session: run_pairwise(cfg, session))
+    def body(cfg: PairwiseConfig, session: Session) -> None:
+        info = run_pairwise(cfg, session)
+        if done is not None:
+            done(info)
+
+    hydra_main("pairwise", body)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The commands of ``dateline`` that read a run dir (``metrics``, ``tables``, ``show``, ``repair``)
-and ``analyst-checklists``: what each prints. ``ray_jobs/cli.py`` parses the command line and
+and ``analyst-checklists``: what each prints. ``ray_jobs/cli/main.py`` parses the command line and
 dispatches here."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from engine.runtime.progress import table  # stdlib only: the CLI starts fast
-from ray_jobs.cli_errors import CliError
+from engine.errors import CliError
 
 
 def _require_run_dir(path: str, table: str = "episodes") -> None:
@@ -40,8 +40,8 @@ def metrics(a: argparse.Namespace) -> int:
     from engine.scoring.metric_table import store_benchmarks
     from engine.scoring.outcomes import count_notes, interval_cell, n_cell
     from engine.scoring.views import first_per_config
+    from engine.scoring.views import reduce_store
     from engine.storage import EpisodeStore
-    from ray_jobs.run.results import reduce_metrics
 
     names = _pick(store_benchmarks(EpisodeStore(a.run_dir)), a.run_dir, a.benchmark)
     if not names:
@@ -53,7 +53,7 @@ def metrics(a: argparse.Namespace) -> int:
         bench = get_benchmark(name)
         store = EpisodeStore(a.run_dir, bench.episode_fields)
         # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
-        rows = reduce_metrics(store, name, judge, policy)
+        rows = reduce_store(store, bench, judge, policy)
         mine = [r for r in rows if r.get("scope") == "all"]
         sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
                                [(r["model"], r["config_hash"],
@@ -83,7 +83,7 @@ def show(a: argparse.Namespace) -> int:
     """``dateline show RUN_DIR [EPISODE]``: the episodes, or one episode's transcript."""
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
-    from ray_jobs.report import episodes as ev
+    from ray_jobs.outputs.report import episodes as ev
 
     _require_run_dir(a.run_dir)
     store = EpisodeStore(a.run_dir)
@@ -151,43 +151,6 @@ def repair(root: str, dry: bool) -> int:
     sys.stdout.write(f"{len(moved)} unreadable shard(s){' found' if dry else ' moved aside'}; every other row is "
                      f"kept{'' if dry or not moved else '. Re-run the same command to run their episodes again'}\n")
     return 0
-
-
-def analyst_checklists(cfg: Any, session: Any) -> None:
-    """Build every missing checklist of the configured analyst tasks with the configured judge
-    (the logic: engine/benchmarks/analyst/checklists.py), and say per task what happened."""
-    from engine.benchmarks import get_benchmark
-    from engine.benchmarks.analyst import checklists
-    from engine.config import to_plain, validate
-    from engine.scoring.judges import judge_identity
-    from engine.storage import local_root
-    from ray_jobs.judge import judge_endpoints
-    from ray_jobs.run.planning import needed_cpus, run_dir
-
-    validate(cfg)
-    b = cfg.benchmark
-    if b.name != "analyst" or cfg.judge.kind == "none":
-        raise SystemExit("analyst-checklists: needs benchmark=analyst and a judge to write the checklists "
-                         "(judge=openai_compatible, judge=hosted_model, or judge=self: the model under test writes "
-                         "them, and every table flags its scores)")
-    bench = get_benchmark("analyst")
-    tasks = [t for t in bench.load_tasks(cfg) if not t.checklist]
-    if not tasks:
-        sys.stdout.write("every task has a checklist\n")
-        return
-
-    def hosted(m: Any) -> Any:
-        session.ensure_ray(cfg, needed_cpus(cfg, bench))
-        return session.pool(m, local_root(run_dir(cfg)) / "logs")       # a URI run dir: its local folder
-
-    ident = judge_identity(cfg)
-    who = {"judge": ident.id, "model": ident.model, "kind": ident.kind, "weights": ident.weights,
-           "temperature": cfg.judge.temperature, "judge_config": to_plain(cfg.judge)}
-    results = checklists.build(tasks, b, judge_endpoints(cfg, hosted), cfg.judge, who)
-    for r in results:
-        sys.stdout.write(f"{r.task_id}: {r.status} {r.path} {r.detail}\n")
-    if any(r.status in ("failed", "endpoint_error") for r in results):
-        raise SystemExit(1)
 
 
 def tables(run_dir: str, benchmark: str | None, all_tasks: bool = False) -> int:

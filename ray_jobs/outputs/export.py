@@ -1,5 +1,5 @@
 """``dateline export --to mlflow|wandb|inspect RUN_DIR``: a run dir into an experiment tracker, or
-into inspect_ai eval logs (``ray_jobs/export_inspect.py``: one log per configuration, a sample per
+into inspect_ai eval logs (``ray_jobs/outputs/export_inspect.py``: one log per configuration, a sample per
 episode, for ``inspect view``).
 
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run,
@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.scoring import outcomes
-from ray_jobs import export_inspect
-from ray_jobs.report.episodes import EpisodeView
+from ray_jobs.outputs import export_inspect
+from ray_jobs.outputs.report.episodes import EpisodeView
 
 # the W&B history key of a configuration's per-sample table
 SAMPLES_KEY = "samples"
@@ -169,7 +169,7 @@ def export(run_dir: str, to: str, experiment: str = "dateline", tracking_uri: st
     from engine.storage import is_run_dir
 
     if not is_run_dir(run_dir):
-        from ray_jobs.cli_errors import CliError
+        from engine.errors import CliError
 
         raise CliError(f"no run dir at {run_dir} (no episodes/ folder there)")
     if to not in ("mlflow", "wandb", "inspect"):

@@ -17,7 +17,7 @@ and writer (``EvalLog``, ``write_eval_log``), so whatever reads inspect logs rea
 * ``output``: the episode's final output (its ``output`` column), ``target`` the reference the
   benchmark compares it with;
 * ``scores``: the per-episode metric values ``dateline show`` and the report print
-  (``ray_jobs.report.episodes``: the code ``dateline metrics`` averages), one dict-valued score,
+  (``ray_jobs.outputs.report.episodes``: the code ``dateline metrics`` averages), one dict-valued score,
   ``metrics (judge <id>)`` for each judge that judged the episode (a judge's view holds every value
   of the unjudged one), else ``metrics``; and each judge verdict as ``<key> (judge <id>)``: the
   parsed value, the judge's own text as its ``explanation``, the final output as its ``answer`` (a
@@ -30,7 +30,7 @@ and writer (``EvalLog``, ``write_eval_log``), so whatever reads inspect logs rea
   status, worker, replica, engine identity, the dateline version that exported it.
 
 The log's results are the configuration's rows of the metrics table (``engine/scoring/metric_table.py``,
-as ``ray_jobs/export.py`` reads them for MLflow and W&B): one ``EvalScore`` per judge (``metrics``
+as ``ray_jobs/outputs/export.py`` reads them for MLflow and W&B): one ``EvalScore`` per judge (``metrics``
 or ``metrics (judge <id>)``, and ``..., common tasks`` for the comparison scope), each metric with
 its ``n``, interval and how the interval was made in its metadata; the counts, marks and adaptive
 decision in the results' metadata. Its spec carries the model, the agent settings (solver args),
@@ -60,9 +60,9 @@ from engine.config import stable_hash
 from engine.llm.transcripts import conversation
 from engine.scoring import outcomes
 from engine.storage import EpisodeStore, is_uri, sub_uri, upload_tree
-from ray_jobs.cli_errors import CliError
-from ray_jobs.provenance import dateline_version
-from ray_jobs.report import episodes as ev
+from engine.errors import CliError
+from engine.provenance import dateline_version
+from ray_jobs.outputs.report import episodes as ev
 
 FOLDER = "_inspect"           # the default log dir, inside the run dir
 

@@ -34,7 +34,7 @@ from engine.scoring.outcomes import episode_values
 from engine.scoring.racing import Design, replay
 from engine.scoring.views import config_views
 from engine.storage import EpisodeStore, is_run_dir
-from ray_jobs.cli_errors import CliError
+from engine.errors import CliError
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def replay_orders(values: np.ndarray, orders: int = 1000, seed: int = 0, alpha: 
 
 
 def run(a: argparse.Namespace) -> int:
-    """``dateline race-replay`` (arguments: ray_jobs/cli.py)."""
+    """``dateline race-replay`` (arguments: ray_jobs/cli/main.py)."""
     for d in a.run_dirs:                # read-only: nothing is created at a wrong path
         if not is_run_dir(d):
             raise CliError(f"no run dir at {d} (no episodes/ folder there)")

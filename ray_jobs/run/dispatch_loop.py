@@ -22,18 +22,18 @@ from engine.runtime.progress import Progress
 from engine.runtime.replicas import gather_stats
 from engine.runtime.writer import StoreWriter
 from engine.storage import EpisodeStore
-from ray_jobs import stopping
-from ray_jobs.budget import (
+from ray_jobs.budget.ledger import (
     budget_exhausted_rows,
 )
-from ray_jobs.judge import JudgeStream
-from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.cluster import signals as stopping
+from ray_jobs.cluster.moves import Candidate, grow, release
+from ray_jobs.cluster.session import Session
+from ray_jobs.cluster.sizing import derived_workers, unit
+from ray_jobs.cluster.supervisor import Supervisor
+from ray_jobs.judging.fleet import JudgeFleet
+from ray_jobs.judging.stream import JudgeStream
 from ray_jobs.run.adaptive import drain_reason
-from ray_jobs.run.moves import Candidate, grow, release
 from ray_jobs.run.planning import Point
-from ray_jobs.run.supervisor import Supervisor
-from ray_jobs.session import Session
-from ray_jobs.sizing import derived_workers, unit
 
 log = logging.getLogger("dateline.run")
 
@@ -55,7 +55,7 @@ def interleave(lists: list[list[EpisodeSpec]]) -> list[EpisodeSpec]:
 Buf = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]
 
 
-@stopping.deferring        # a signal stops the loop between iterations (ray_jobs/stopping.py)
+@stopping.deferring        # a signal stops the loop between iterations (ray_jobs/cluster/signals.py)
 def dispatch(groups: dict[str, list[Point]], session: Session, stream: JudgeStream | JudgeFleet,
              keep: set[str] | None = None) -> None:
     """One queue per model, feeding one set of worker actors that run every point of that model:
@@ -559,7 +559,7 @@ class DispatchLoop:
 
     def _release_drained(self, sup: Supervisor) -> None:
         """A model group whose episodes are all done, while others still have some queued, gives
-        its pool's GPUs to them (on the supervisor's thread: ``ray_jobs/run/moves.py``)."""
+        its pool's GPUs to them (on the supervisor's thread: ``ray_jobs/cluster/moves.py``)."""
         busy = {gg for gg, _, _ in self.pending.values()} | {gg for gg, _ in self.reviving.values()}
         waiting = {h for h, q in self.queues.items() if q}
         for g, pool in self.pools.items():

@@ -7,10 +7,8 @@ import logging
 import sys
 from typing import Any
 
-from engine.config import (
-    Config,
-)
-from ray_jobs import stopping
+from engine.config import Config
+from ray_jobs.cluster import signals
 from ray_jobs.run.results import exit_code
 from ray_jobs.run.sweep import run_sweep
 
@@ -20,7 +18,8 @@ log = logging.getLogger("dateline.run")
 def hydra_entry() -> None:
     """``dateline run``: Hydra composes every point of a sweep (``-m``) first, then the sweep runs
     as one job (:func:`run_sweep`), so a typo in any point fails before anything starts."""
-    from ray_jobs.configs import config_help, hydra_main
+    from ray_jobs.config.harness import hydra_main
+    from ray_jobs.config.help import config_help
 
     if any(a in ("-h", "--help") for a in sys.argv[1:]):        # dateline's help, not Hydra's
         sys.stdout.write(config_help("config", [a for a in sys.argv[1:] if a not in ("-h", "--help")], "dateline run"))
@@ -28,22 +27,22 @@ def hydra_entry() -> None:
     cfgs: list[Config] = []
     infos: list[dict[str, Any]] = []
     command = ["dateline", "run", *sys.argv[1:]]      # before Hydra adds its search paths to argv
-    # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/stopping.py)
-    stopping.arm(cfgs)
+    # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/cluster/signals.py)
+    signals.arm()
     signum = 0
     try:
         hydra_main("config", lambda cfg, session: cfgs.append(cfg),
                    after=lambda session: infos.extend(run_sweep(cfgs, session, command)))
-        stopping.over()
+        signals.over()
     except BaseException as e:
-        if not (signum := stopping.stopped_by(e)):
-            stopping.disarm()       # a refused or failed run gives the caller's handlers back too
+        if not (signum := signals.stopped_by(e)):
+            signals.disarm()       # a refused or failed run gives the caller's handlers back too
             raise
         if isinstance(e, Exception):        # what the stop tore down under a call
             log.info("while stopping: %s: %s", type(e).__name__, str(e).strip().split("\n")[0][:300])
     if signum:                  # outside the except: the run's frames (and what they hold) are released
-        raise SystemExit(stopping.report(signum))
-    stopping.disarm()           # the caller's handlers again (a signal after the results changes nothing)
+        raise SystemExit(signals.report(signum))
+    signals.disarm()           # the caller's handlers again (a signal after the results changes nothing)
     code, why = exit_code(cfgs, infos)
     if code:
         sys.stderr.write(why + "\n")

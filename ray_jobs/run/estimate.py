@@ -33,8 +33,8 @@ from engine.budget.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.config import Config, replica_count, to_plain, validate
 from engine.runtime.progress import table
 from engine.storage import EpisodeStore
+from ray_jobs.cluster.sizing import Rate, measured_rate, size_by_work
 from ray_jobs.run.planning import plan
-from ray_jobs.sizing import Rate, measured_rate, size_by_work
 
 PILOT_DIR = "_pilot"
 DEFAULT_TASKS = 3
@@ -85,7 +85,7 @@ class Projection:
     def pool_uptime_s(self, n: int, pool: str) -> float:
         """Replica-seconds a pool ("model" or "judge_model") holds for ``n`` episodes: its replicas
         over the wall time, or under a plan each replica's load plus the pool's work (a drained pool
-        is released: ray_jobs/allocation.py)."""
+        is released: ray_jobs/cluster/allocation.py)."""
         if n <= 0:
             return 0.0
         if pool in self.planned:
@@ -216,7 +216,7 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "",
 def plan_auto(cfg: Config, infos: list[dict[str, Any]], episodes: int, nodes: list[dict[str, float]],
               model_hosted: bool, judge_hosted: bool) -> dict[str, dict[str, float]]:
     """The replicas ``model.replicas: auto`` (and a hosted judge's) would get for ``episodes``
-    episodes on ``nodes``, by the sizing the run uses (:func:`ray_jobs.sizing.size_by_work`), from
+    episodes on ``nodes``, by the sizing the run uses (:func:`ray_jobs.cluster.sizing.size_by_work`), from
     the pilot's measured rates; empty when nothing is auto, no node is known, or a rate is missing."""
     m, j = cfg.model, cfg.judge
     jm = j.hosted_model if j.kind == "hosted" and judge_hosted else None
@@ -279,7 +279,7 @@ def totals(points: list[Projection]) -> str:
 
 def main(argv: list[str]) -> int:
     """``dateline estimate [--tasks N] [hydra overrides ...]`` (``-m`` sweeps: one pilot per point)."""
-    from ray_jobs.configs import hydra_main
+    from ray_jobs.config.harness import hydra_main
 
     tasks, rest = DEFAULT_TASKS, []
     it = iter(argv)

@@ -1,5 +1,5 @@
 """The judging stage of ``dateline run``: one stream of judgements per run, fed by the dispatch
-loop as rows are stored (``ray_jobs/judge.py`` does the judging, on actors or a driver thread)."""
+loop as rows are stored (``ray_jobs/judging/stream.py`` does the judging, on actors or a driver thread)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from engine.config import (
     judge_model_config,
 )
 from engine.runtime.budget_actor import remote_gate
-from ray_jobs.budget import (
+from ray_jobs.budget.ledger import (
     judge_budget_gate,
     judge_prices_match,
 )
-from ray_jobs.judge import JudgeStream, judge_endpoints
-from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.cluster.session import Session
+from ray_jobs.judging.fleet import JudgeFleet
+from ray_jobs.judging.stream import JudgeStream, judge_endpoints
 from ray_jobs.run.planning import Point
-from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.run")
 

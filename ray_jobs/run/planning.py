@@ -44,15 +44,15 @@ from engine.protocol import Benchmark, BenchmarkBase, dumps
 from engine.runtime.dispatch import EpisodeSpec, WorkerSetup, agent_json
 from engine.scoring.outcomes import Planned, task_set
 from engine.storage import EpisodeStore, is_uri, write_quarantine
-from ray_jobs.budget import (
+from ray_jobs.budget.ledger import (
     RunBudget,
     SweepLedger,
     budget_exhausted_rows,
     check_sweep_budgets,
     exhausted_before_start,
 )
-from ray_jobs.judge import pending_requests, run_judge_identity
-from ray_jobs.session import Session
+from ray_jobs.cluster.session import Session
+from ray_jobs.judging.stream import pending_requests, run_judge_identity
 
 log = logging.getLogger("dateline.run")
 

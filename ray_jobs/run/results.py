@@ -4,6 +4,7 @@ the metrics of a run dir (the default view every reader computes) and the summar
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow.compute as pc
@@ -17,6 +18,7 @@ from engine.runtime.progress import table
 from engine.scoring import outcomes, views
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore, set_aside_episodes
+from ray_jobs.cluster.signals import Tally
 from ray_jobs.run.planning import Point
 
 log = logging.getLogger("dateline.run")
@@ -143,3 +145,19 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
             continue
         out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))
     return "\n".join(out)
+
+
+def tally(points: Iterable[Point]) -> Tally:
+    """What the stores hold for the planned episodes of ``points`` (each configuration of a run dir
+    once): the count a stopped run's line gives (``cluster.signals.track``). Read from the points the
+    sweep planned, never by planning again."""
+    out = Tally()
+    seen: set[str] = set()
+    for p in points:
+        key = f"{p.plan.config_hash}@{p.plan.run_dir}"
+        if key in seen:
+            continue
+        seen.add(key)
+        rows = p.store.episodes(["episode_id", "status"], config_hash=p.plan.config_hash).to_pylist()
+        out.add([s.episode_id for s in p.plan.specs], {r["episode_id"]: r["status"] for r in rows})
+    return out

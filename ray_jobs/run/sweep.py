@@ -11,18 +11,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from engine import provenance
 from engine.config import (
     Config,
     to_plain,
 )
 from engine.scoring import metric_table
-from ray_jobs import provenance
-from ray_jobs.budget import SweepLedger, sweep_ledger
+from ray_jobs.budget.ledger import SweepLedger, sweep_ledger
+from ray_jobs.cluster import signals
+from ray_jobs.cluster.session import Session
 from ray_jobs.run.adaptive import Racer
 from ray_jobs.run.planning import Point, open_point, plan_point, preflight, run_dir
-from ray_jobs.run.results import failure_summary, failures, summary
+from ray_jobs.run.results import failure_summary, failures, summary, tally
 from ray_jobs.run.waves import run_waves
-from ray_jobs.session import Session
 
 log = logging.getLogger("dateline.run")
 
@@ -33,7 +34,7 @@ def run_sweep(cfgs: list[Config], session: Session | None = None,
     episodes per model feeding one set of workers, the models that fit hosted at once (waves,
     largest first, when they do not), judging streamed as episodes finish, metrics reduced once
     at the end. Returns each configuration's run info (in ``cfgs`` order). ``command``: the
-    command line, for the provenance every run dir records (ray_jobs/provenance.py; default
+    command line, for the provenance every run dir records (engine/provenance.py; default
     ``sys.argv``). ``print_summary=False``: no metric table on stdout (a pilot, whose caller prints
     its own)."""
     from contextlib import ExitStack
@@ -54,6 +55,7 @@ def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[st
     session = session or Session()
     t0 = time.time()
     points, order, ledger = _plan_sweep(cfgs)                              # planning.py
+    signals.track(lambda: tally(points.values()))                          # a stop's line counts these
     racer = Racer.start(list(points.values()))                             # adaptive.py (None: no rule)
     work = [p for p in points.values() if p.generate or p.judge]
     models = {Session.key(m): m for p in points.values()

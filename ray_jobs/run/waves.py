@@ -20,17 +20,17 @@ from engine.config import (
 )
 from engine.runtime.actors import members
 from engine.runtime.replicas import ready_info
-from ray_jobs import stopping
-from ray_jobs.budget import (
+from ray_jobs.budget.ledger import (
     SweepLedger,
     recorded_spend,
     start_budget,
 )
+from ray_jobs.cluster import signals as stopping
+from ray_jobs.cluster.session import Session
+from ray_jobs.cluster.sizing import size_by_work, size_replicas, sized, wave_work
 from ray_jobs.run.dispatch_loop import dispatch
 from ray_jobs.run.judging import add_judge, judge_stream
 from ray_jobs.run.planning import Point, worker_setup
-from ray_jobs.session import Session
-from ray_jobs.sizing import size_by_work, size_replicas, sized, wave_work
 
 log = logging.getLogger("dateline.run")
 
@@ -139,7 +139,7 @@ def pool_demand_of(models: dict[str, ModelConfig], keys: Any) -> dict[str, float
 def _size_wave(wave: list[Point], keys: list[str], models: dict[str, ModelConfig], session: Session,
                reserve_cpus: float) -> dict[str, ModelConfig]:
     """The wave's models as they start: ``replicas: auto`` resolved against what the cluster has
-    available now (ray_jobs/sizing.py); pools already up keep theirs."""
+    available now (ray_jobs/cluster/sizing.py); pools already up keep theirs."""
     to_start = {k: models[k] for k in keys if k not in session.pools and models[k].kind == "vllm"}
     if not any(m.replicas == "auto" for m in to_start.values()):
         return {k: models[k] for k in keys}

@@ -27,7 +27,7 @@ from engine.benchmarks.newsagent.data import MAX_TEXT_CHARS, load_dataset
 from engine.errors import BadDataError, ConfigError, DataError
 from engine.inputs.quarantine import KINDS, SCHEMA, BadRow, Quarantine
 from engine.storage import read_quarantine
-from ray_jobs.report import read_human
+from ray_jobs.outputs.report import read_human
 
 REPO = Path(__file__).resolve().parents[2]
 NEWSAGENT = REPO / "engine" / "benchmarks" / "newsagent" / "sample_data"
@@ -457,7 +457,7 @@ def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixt
     """make_point (the driver) loads the tasks through NewsAgentBenchmark.load_tasks with
     on_bad_rows=skip: the good tasks are planned, the bad rows are in RUN_DIR/quarantine and
     the count is logged; the config hash is the same as with on_bad_rows=error."""
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import make_point, plan
 
     d, obj_row = _bad_newsagent(tmp_path)
@@ -492,7 +492,7 @@ def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixt
 def test_livenews_and_analyst_skip_through_load_tasks(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     from engine.benchmarks import get_benchmark
     from engine.inputs.quarantine import collecting
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     d = tmp_path / "livenews"
     shutil.copytree(LIVENEWS, d)
@@ -535,7 +535,7 @@ def test_converter_skip_writes_quarantine_and_counts(tmp_path: Path, capsys: pyt
 
 
 def test_on_bad_rows_is_validated():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     for bench in ("newsagent", "livenews", "analyst"):
         assert compose([f"benchmark={bench}", f"agent={bench}", "benchmark.on_bad_rows=skip"]).benchmark.on_bad_rows == "skip"
@@ -545,7 +545,7 @@ def test_on_bad_rows_is_validated():
 
 def test_bundled_samples_have_no_bad_rows():
     from engine.benchmarks import get_benchmark
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     for bench, least in (("newsagent", 20), ("livenews", 10), ("analyst", 3)):
         cfg = compose([f"benchmark={bench}", f"agent={bench}"])

@@ -31,7 +31,7 @@ def _overrides(entrypoint: str) -> list[str]:
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_manifest_is_a_rayjob_of_this_dateline(path):
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     job = yaml.safe_load(path.read_text())
     assert job["kind"] == "RayJob" and job["apiVersion"] == "ray.io/v1"
@@ -44,7 +44,7 @@ def test_manifest_is_a_rayjob_of_this_dateline(path):
 
 
 def test_the_fault_tolerant_manifest_survives_a_head_loss_and_resumes_a_retry():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     job = yaml.safe_load((REPO / "docker" / "kuberay" / "rayjob-8gpu-ft.yaml").read_text())
     spec = job["spec"]

@@ -22,7 +22,7 @@ import pytest
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.errors import ConfigError
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.e2e.test_what_a_number_means import FINISH, live_cfg, sweep
 from tests.fake_openai import FakeOpenAI
 
@@ -80,8 +80,8 @@ def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
         assert rows and rows[0]["n_stopped_early"] == len(stopped) and rows[0]["value"] == 0.0
 
         # the report and the export carry the wording and the intervals, never the stopped one's bare mean
-        from ray_jobs.export import _records
-        from ray_jobs.report import build
+        from ray_jobs.outputs.export import _records
+        from ray_jobs.outputs.report import build
         build([run], tmp_path / "rep", n_boot=50)
         html = (tmp_path / "rep" / "report.html").read_text()
         assert "Adaptive evaluation (race, goal best)" in html and "1 of 2 configurations were stopped early" in html

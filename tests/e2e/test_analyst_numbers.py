@@ -21,9 +21,9 @@ from engine.benchmarks.analyst import BENCHMARK
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
 from engine.inputs.paths import data_path
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
 from ray_jobs.run import run_sweep
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import run_module
 
@@ -99,7 +99,7 @@ def test_unparsed_verdicts_and_unrated_criteria_are_counted(tmp_path):
     # who wrote the checklists, in the table: the task's own (hand-written) and the model under test
     assert m["checklist_by:hand-written"]["value"] == 0.5 and m["checklist_by:scripted"]["value"] == 0.5
     assert m["checklist_self_written"]["value"] == 0.5
-    out = run_module("ray_jobs.cli", "tables", str(tmp_path / "run"), timeout=300)
+    out = run_module("ray_jobs.cli.main", "tables", str(tmp_path / "run"), timeout=300)
     assert out.returncode == 0, out.stderr
     assert "Checklists by" in out.stdout and "hand-written, scripted **(written by a compared model: scripted)**" \
         in out.stdout, out.stdout

@@ -49,6 +49,6 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
     assert [r.get("model_started") for r in runs].count(True) == 1
 
-    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=300)
+    tables = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=300)
     assert tables.returncode == 0, tables.stderr
     assert "Vanilla (map-reduce)" in tables.stdout and "Agent (sandboxed tools)" in tables.stdout

@@ -28,7 +28,7 @@ def test_a_black_holed_replica_is_routed_around_without_stalling_dispatch(tmp_pa
 
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run_sweep
 
     claim = tmp_path / "black-hole"
@@ -67,7 +67,7 @@ def test_a_black_holed_replica_is_routed_around_without_stalling_dispatch(tmp_pa
 
 
 def _sized_cfg(c, tmp_path: Path, name: str, limit: str, delay: float):
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     return compose([
         "benchmark=livenews", "agent=livenews", f"benchmark.limit={limit}", "judge=none", "model=local_cpu",
@@ -91,8 +91,8 @@ def test_a_drained_pool_gives_its_gpus_to_the_model_with_work_left(tmp_path):
 
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run_sweep
-    from ray_jobs.session import Session
 
     (tmp_path / "model").mkdir()
     with own_cluster() as c:

@@ -1,5 +1,5 @@
 """Judge actors at cluster scale (issue 33): a judge actor killed mid-run loses no judgement and
-stores none twice (``ray_jobs.judge_fleet.JudgeFleet`` restarts it and hands it its episodes again)."""
+stores none twice (``ray_jobs.judging.fleet.JudgeFleet`` restarts it and hands it its episodes again)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm import Endpoint
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.judging.fleet import JudgeFleet
 from tests.fake_openai import FakeOpenAI
 from tests.ray_jobs.test_judging_off_the_driver import _judge_cfg, _row
 

@@ -46,7 +46,7 @@ def gpu_cluster():
 
 
 def configs(address: str, run_dir: Path, fail_once: Path | None, limit: int = 3) -> list[Any]:
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     (run_dir.parent / "model").mkdir(exist_ok=True)
     out = []

@@ -61,7 +61,7 @@ def test_the_wheel_runs_dateline_from_an_empty_folder(tmp_path):
 
     empty = tmp_path / "elsewhere"
     empty.mkdir()
-    where = sh([py, "-c", "import engine, ray_jobs.configs as c; print(engine.__file__); print(c.CONF_DIR)"], cwd=empty)
+    where = sh([py, "-c", "import engine, ray_jobs.config.compose as c; print(engine.__file__); print(c.CONF_DIR)"], cwd=empty)
     engine_file, conf = where.stdout.split()
     assert engine_file.startswith(str(venv)) and conf.startswith(str(venv)), where.stdout   # the wheel's, not REPO's
     dateline = str(venv / "bin" / "dateline")

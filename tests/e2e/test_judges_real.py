@@ -47,7 +47,7 @@ def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
     probes = {m["judge_model"]: m["n"] for m in metrics if m["metric"] == "judge_probe_gold_ok"}
     assert probes == {"qwen-judge": 2, QWEN: 2}              # each set rests on its own judge's verdicts
 
-    rep = run_module("ray_jobs.cli", "report", str(tmp_path), "--out", str(tmp_path / "report"), "--boot", "50",
+    rep = run_module("ray_jobs.cli.main", "report", str(tmp_path), "--out", str(tmp_path / "report"), "--boot", "50",
                      timeout=600)
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = (tmp_path / "report" / "report.md").read_text()

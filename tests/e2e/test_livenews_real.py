@@ -57,7 +57,7 @@ def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
     names = {m["metric"] for m in metrics}
     assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std", "judge_probe_gold_ok"} <= names
 
-    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
+    tables = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=120)
     assert tables.returncode == 0, tables.stderr
     assert "Search Budget = 1" in tables.stdout and "Search Budget = 3" in tables.stdout
     assert (tmp_path / "metrics" / "tables.md").exists()

@@ -66,7 +66,7 @@ def cluster():
 
 
 def config(address: str, tmp_path: Path, limit: int, *extra: str) -> Any:
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     (tmp_path / "model").mkdir(exist_ok=True)
     return compose(["benchmark=newsagent", "agent=newsagent", f"benchmark.limit={limit}", "judge=none",
@@ -99,8 +99,8 @@ def stored_once(run_dir: Path, n: int) -> list[dict[str, Any]]:
 @pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_replica_index_and_workers_land_on_the_nodes_with_their_resources(cluster, tmp_path):
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run
-    from ray_jobs.session import Session
 
     c, nodes = cluster
     ids = {k: n.node_id for k, n in nodes.items()}
@@ -135,8 +135,8 @@ def _wait_for_requests(log: Path, n: int, driver: threading.Thread, timeout_s: f
 @pytest.mark.timeout(600)
 def test_a_lost_worker_node_is_replaced_and_every_episode_is_stored_once(cluster, tmp_path):
     from engine.hosting.replica_actor import replica_log_name
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run
-    from ray_jobs.session import Session
 
     c, nodes = cluster
     cfg = config(c.address, tmp_path, 6, "+model.env.FAKE_VLLM_DELAY_S=0.3")

@@ -48,7 +48,7 @@ def test_the_report_starts_with_a_summary_and_says_where_its_numbers_come_from(t
     assert prov["hardware"]["cores"] >= 1 and prov["started"] <= prov["ended"] and prov["wall_s"] > 0
     assert len(prov["configs"]) == 2
 
-    rep = run_module("ray_jobs.cli", "report", str(run), "--out", str(tmp_path / "report"), "--boot", "50",
+    rep = run_module("ray_jobs.cli.main", "report", str(run), "--out", str(tmp_path / "report"), "--boot", "50",
                      timeout=300)
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = (tmp_path / "report" / "report.md").read_text()

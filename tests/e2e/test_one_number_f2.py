@@ -42,7 +42,7 @@ def test_reading_never_writes_and_flags_change_only_their_command(tmp_path):
     import ray
 
     assert not ray.is_initialized()          # the judge-only run started Ray through its session, which stopped it
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run_sweep
 
     run_sweep([compose(["agent=newsagent_rule_based", "benchmark.limit=2", f"run.dir={run}", "run.progress=false",

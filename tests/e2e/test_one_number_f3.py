@@ -70,7 +70,7 @@ def test_command_1_shape_the_baseline_keeps_its_numbers_when_the_model_finished_
     22 good baseline episodes: "computed on the 0 task(s) ...")."""
     import socket
 
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -27,7 +27,7 @@ import pytest
 from engine.benchmarks.analyst.data import load_tasks
 from engine.inputs.paths import data_path
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.e2e.test_analyst_numbers import CLAIMS, REPORT, verdict
 from tests.e2e.test_what_a_number_means import FINISH, grader, judged, live_cfg, questions, sweep, which
 from tests.everywhere import cell_lines, rows_with, seen
@@ -170,7 +170,7 @@ def test_analyst_each_judge_is_shown_under_its_own_evaluation_settings(tmp_path)
 
 
 def test_two_run_dirs_of_one_configuration_keep_their_own_pages_and_no_empty_figure(tmp_path):
-    from ray_jobs.report import build
+    from ray_jobs.outputs.report import build
 
     dirs = [tmp_path / "two", tmp_path / "three"]
     sweep([compose(["benchmark=newsagent", "agent=newsagent_rule_based", f"benchmark.limit={n}", f"run.dir={d}",

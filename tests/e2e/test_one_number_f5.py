@@ -19,7 +19,7 @@ import pytest
 
 from engine.benchmarks.analyst.data import load_tasks, reference_sha256
 from engine.inputs.paths import data_path
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.e2e.test_what_a_number_means import sweep
 from tests.everywhere import rows_with, seen
 from tests.fake_openai import FakeOpenAI

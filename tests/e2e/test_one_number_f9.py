@@ -17,7 +17,7 @@ import re
 import pytest
 
 from engine.storage import EpisodeStore
-from ray_jobs.report import build
+from ray_jobs.outputs.report import build
 from tests.e2e.test_what_a_number_means import FINISH, grader, judged, live_cfg, metric, questions, sweep, which
 from tests.everywhere import cell_lines, rows_with, seen
 from tests.fake_openai import FakeOpenAI

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from engine.storage import PairwiseStore
-from ray_jobs.report import build
+from ray_jobs.outputs.report import build
 from tests.helpers import run_module
 
 pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
@@ -20,7 +20,7 @@ def test_pairwise_judge_on_the_offline_model(tmp_path):
     gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2", "run.order=data",
                      f"run.dir={run_dir}", "run.progress=false", timeout=900)
     assert gen.returncode == 0, gen.stderr[-4000:]
-    judge = run_module("ray_jobs.pairwise", f"runs=[{run_dir}]", f"out={out}", "both_orders=true", "seed=11",
+    judge = run_module("ray_jobs.judging.pairwise", f"runs=[{run_dir}]", f"out={out}", "both_orders=true", "seed=11",
                        "max_tokens=640", timeout=1700)
     assert judge.returncode == 0, judge.stderr[-4000:]
 

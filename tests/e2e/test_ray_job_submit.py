@@ -127,7 +127,7 @@ def test_ray_job_submit_dateline_run(ray_head, tmp_path):
     out = subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--address", address, "--submission-id", submission_id,
          "--runtime-env-json", json.dumps(runtime_env), "--",
-         sys.executable, "-m", "ray_jobs.cli", "run", "cluster=existing", "cluster.num_workers=2",
+         sys.executable, "-m", "ray_jobs.cli.main", "run", "cluster=existing", "cluster.num_workers=2",
          "agent=newsagent_rule_based", "benchmark.limit=3", f"run.dir={run_dir}", "run.progress=false"],
         env=head_env(), capture_output=True, text=True, timeout=300)
     logs = out.stdout[-6000:] + out.stderr[-3000:]
@@ -151,8 +151,8 @@ def test_ensure_ray_inside_a_job_keeps_the_jobs_runtime_env(monkeypatch):
     (the job's values win), the rest is added, and cluster=local joins the job's cluster."""
     import ray
 
-    from ray_jobs.configs import compose
-    from ray_jobs.session import Session
+    from ray_jobs.cluster.session import Session
+    from ray_jobs.config.compose import compose
 
     job_env = {"working_dir": "gcs://_ray_pkg_x.zip", "env_vars": {"HF_HUB_OFFLINE": "1", "DATELINE_CACHE": "/c"}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": job_env}))

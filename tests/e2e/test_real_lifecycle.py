@@ -18,7 +18,7 @@ import pytest
 from engine.hosting.liveness import OK, Liveness, scrape
 from engine.hosting.reaper import descendants
 from engine.hosting.vllm_server import engine_settings
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.hosting.test_lifecycle import alive, wait_gone
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1200)]

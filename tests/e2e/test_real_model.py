@@ -18,7 +18,7 @@ from engine.llm import Endpoint, SamplingParams
 from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.storage import EpisodeStore
 from indexes.service import AsyncLocalIndex
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.helpers import run_module
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]

@@ -59,7 +59,7 @@ def test_hosted_key_required_loopback_only_and_no_key_on_disk(tmp_path, monkeypa
     import engine.hosting.replica as replica
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
-    from ray_jobs.cli import main
+    from ray_jobs.cli.main import main
 
     run_key = secrets.token_urlsafe(32)
     planted = "sk-planted-" + secrets.token_hex(16)
@@ -118,8 +118,8 @@ def test_hosted_key_required_loopback_only_and_no_key_on_disk(tmp_path, monkeypa
     (["cluster.ray_auth_mode=token"], None, False, "token"),
 ])
 def test_ray_auth_mode_is_disabled_only_for_the_local_cluster(monkeypatch, over, env, job, want):
-    from ray_jobs.configs import compose
-    from ray_jobs.session import ray_auth_mode
+    from ray_jobs.cluster.session import ray_auth_mode
+    from ray_jobs.config.compose import compose
 
     if env is None:
         monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
@@ -132,7 +132,7 @@ def test_ray_auth_mode_is_disabled_only_for_the_local_cluster(monkeypatch, over,
 
 def test_bind_is_validated():
     from engine.errors import ConfigError
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     assert compose([]).model.bind == "auto"
     with pytest.raises(ConfigError, match="model.bind"):

@@ -31,7 +31,7 @@ STALL_S = 2.0
 
 def run(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "model").mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "ray_jobs.cli", "run", "benchmark=livenews", "agent=livenews", "benchmark.limit=2",
+    cmd = [sys.executable, "-m", "ray_jobs.cli.main", "run", "benchmark=livenews", "agent=livenews", "benchmark.limit=2",
            "agent.max_searches=1", "agent.max_visits=1", "judge=none", "model=local_cpu", "model.name=fake",
            "model.served_name=fake", f"model.path={tmp_path / 'model'}", "model.server_module=tests.fake_vllm_server",
            f"+model.env.PYTHONPATH={REPO}", "+model.env.FAKE_VLLM_RESPONDER=tests.helpers:livenews_script",

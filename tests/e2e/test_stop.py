@@ -29,7 +29,7 @@ def test_ctrl_c_stops_dateline_run_and_the_same_command_finishes_it(tmp_path):
 
     env = {**os.environ, "DATELINE_API_KEY": "sk-test", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     with FakeOpenAI(scripted_writer, delay_s=1.0) as srv:
-        argv = [sys.executable, "-m", "ray_jobs.cli", "run", "model=openai_compatible", f"model.base_url={srv.base_url}",
+        argv = [sys.executable, "-m", "ray_jobs.cli.main", "run", "model=openai_compatible", f"model.base_url={srv.base_url}",
                 "model.name=fake", f"run.dir={tmp_path}", f"benchmark.limit={N}", "agent.rephrase=false",
                 "run.flush_interval_s=0", "cluster.episodes_per_worker=2", "cluster.num_workers=2", "run.compact=false",
                 "run.progress=false"]

@@ -190,7 +190,7 @@ def test_sigint_sigint_to_the_group_and_sigterm_stop_a_real_run_and_the_same_com
                  "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none", f"run.dir={tmp_path}",
                  "run.progress=false", "run.flush_interval_s=0"]       # a finished episode is stored at once
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    cli = [sys.executable, "-m", "ray_jobs.cli", "run", *overrides]          # what the `dateline` script runs
+    cli = [sys.executable, "-m", "ray_jobs.cli.main", "run", *overrides]          # what the `dateline` script runs
     module = [sys.executable, "-m", "ray_jobs.run", *overrides]
     stops = [(cli, signal.SIGINT, False, started, 5.0),
              (module, signal.SIGINT, True, started, 5.0),

@@ -30,9 +30,9 @@ import pytest
 
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
 from ray_jobs.run import reduce_metrics, run_sweep, summary
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import REPO, run_module
 
@@ -147,7 +147,7 @@ def test_failures_and_budget_stops_stay_in_the_denominator(tmp_path):
     assert (acc["value"], acc["n"], acc["incomplete"]) == (0.5, 4, True)
     reduce_metrics(store, "livenews")
 
-    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
+    tables = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=120)
     assert tables.returncode == 0, tables.stderr
     assert "4/6 INCOMPLETE (1 error, 1 budget-stopped)" in tables.stdout
     assert "INCOMPLETE: scripted" in tables.stdout and "33.3" in tables.stdout
@@ -155,7 +155,7 @@ def test_failures_and_budget_stops_stay_in_the_denominator(tmp_path):
     # the HTML report, as a reader sees it in a browser
     from tests.browser import Browser
 
-    rep = run_module("ray_jobs.cli", "report", str(tmp_path), "--out", str(tmp_path / "report"), "--boot", "50",
+    rep = run_module("ray_jobs.cli.main", "report", str(tmp_path), "--out", str(tmp_path / "report"), "--boot", "50",
                      timeout=300)
     assert rep.returncode == 0, rep.stderr[-3000:]
     with Browser() as b:
@@ -191,13 +191,13 @@ def test_compared_configurations_cover_the_same_tasks(tmp_path):
         assert (c["value"], c["n"]) == (pytest.approx(1 / 3), 3)
     assert metric(rows, "accuracy", "common", config_hash=h1)["tasks_dropped"] == 3
     assert metric(rows, "accuracy", "common", config_hash=h5)["tasks_dropped"] == 1
-    out = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
+    out = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "Computed on the 3 task(s) every one of the 3 compared configurations finished; 3 task(s) dropped" \
         in out.stdout
     table3 = out.stdout.split("livenews table3")[1]
     assert "| 33.3 | 33.3 | 33.3 |" in table3 and "INCOMPLETE" in out.stdout
-    every = run_module("ray_jobs.cli", "tables", str(tmp_path), "--all-tasks", timeout=120)
+    every = run_module("ray_jobs.cli.main", "tables", str(tmp_path), "--all-tasks", timeout=120)
     assert "Each configuration over its own plan" in every.stdout
     assert "| 50.0 | 33.3 | 50.0 |" in every.stdout.split("livenews table3")[1]
 

@@ -75,7 +75,7 @@ def test_replicas_travel_by_name_and_a_single_handle_is_one_member():
 
 
 def test_replica_counts_and_their_validation():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     cfg = compose(["index.replicas=auto", "cluster.service_replicas=3"])
     assert index_replica_count(cfg.index) == 1 and index_replica_count(cfg.index, nodes=8) == 8

@@ -51,8 +51,8 @@ def values(name: str, run_dir: Path) -> dict[str, str]:
     """What identifies the stored results of configuration ``name``, planned into ``run_dir``."""
     from engine.benchmarks import get_benchmark
     from engine.scoring.outcomes import dataset_key
-    from ray_jobs.configs import compose
-    from ray_jobs.judge import run_judge_identity
+    from ray_jobs.config.compose import compose
+    from ray_jobs.judging.stream import run_judge_identity
     from ray_jobs.run import data_identity, plan
 
     cfg = compose([*CASES[name], *CONTROLS, f"run.dir={run_dir}"])

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from engine.config import ModelConfig
-from ray_jobs.allocation import PoolWork, Reallocator, cap_by_load, held_gpu_s, plan
-from ray_jobs.sizing import measured_rate, size_by_work
+from ray_jobs.cluster.allocation import PoolWork, Reallocator, cap_by_load, held_gpu_s, plan
+from ray_jobs.cluster.sizing import measured_rate, size_by_work
 
 SIM = Path(__file__).resolve().parents[2] / "perf" / "sizing_sim.py"
 
@@ -108,8 +108,8 @@ def test_estimate_prices_the_replicas_the_plan_would_start():
     """An auto model and its hosted 70B judge, rates from pilot records: ``estimate`` prices the
     replicas ``size_by_work`` gives them on the cluster, each replica's load plus the work."""
     from engine.budget.cost import Prices
-    from ray_jobs.configs import compose
-    from ray_jobs.estimate import Projection, plan_auto
+    from ray_jobs.config.compose import compose
+    from ray_jobs.run.estimate import Projection, plan_auto
 
     cfg = compose(["model.replicas=auto", "model.num_gpus=1", "model.name=m8b", "judge=hosted_model",
                    "judge.hosted_model.name=j70b", "judge.hosted_model.replicas=auto",

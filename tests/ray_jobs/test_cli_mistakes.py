@@ -2,7 +2,7 @@
 errors included, with "did you mean"); every subcommand's ``--help`` works, exits 0 and documents
 its own options; a run dir knows its benchmark; a refused run creates nothing.
 
-In process (``ray_jobs.cli.main``), so that argparse, Hydra's compose and the checks are the real
+In process (``ray_jobs.cli.main.main``), so that argparse, Hydra's compose and the checks are the real
 ones; nothing here starts Ray (a config that composed cleanly would start a run: none does).
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from engine.benchmarks import get_benchmark
 from engine.storage import EpisodeStore
-from ray_jobs import cli
+from ray_jobs.cli.main import main as cli
 from tests.factories import episode_row
 
 COMMANDS = ["run", "estimate", "pairwise", "analyst-checklists", "metrics", "tables", "report", "show", "repair",

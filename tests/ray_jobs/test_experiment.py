@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ray_jobs.configs import hydra_main
+from ray_jobs.config.harness import hydra_main
 
 
 def points(monkeypatch: pytest.MonkeyPatch, *overrides: str) -> list[tuple[str, str, int, str]]:

@@ -1,4 +1,4 @@
-"""``dateline export --to inspect`` (ray_jobs/export_inspect.py) and W&B's per-sample tables.
+"""``dateline export --to inspect`` (ray_jobs/outputs/export_inspect.py) and W&B's per-sample tables.
 
 A real run dir: the driver in this process (Hydra config, Ray, workers, the judge stage, Parquet)
 runs a livenews sweep of two configurations on four questions against scripted servers. Each
@@ -42,8 +42,8 @@ from dateline import compose
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm.transcripts import conversation, message_id
 from engine.storage import EpisodeStore
-from ray_jobs import export_inspect
-from ray_jobs.report import episodes as ev
+from ray_jobs.outputs import export_inspect
+from ray_jobs.outputs.report import episodes as ev
 from tests.e2e.test_what_a_number_means import judged, live_cfg, sweep, which
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import FULL, REPO, run_module
@@ -121,7 +121,7 @@ def test_inspect_logs_read_back_as_the_run_dir_holds(run_dir, tmp_path):
     from inspect_ai.log import read_eval_log
 
     from dateline import results
-    from ray_jobs.export import export
+    from ray_jobs.outputs.export import export
 
     lines = export(str(run_dir), "inspect")
     logs = sorted((run_dir / "_inspect").glob("*.eval"))
@@ -244,7 +244,7 @@ def inspect_view(log_dir: Path):
 @pytest.mark.slow
 def test_inspect_view_shows_an_episodes_final_output(run_dir, tmp_path):
     require_inspect()
-    from ray_jobs.export import export
+    from ray_jobs.outputs.export import export
     from tests.browser import Browser
 
     export(str(run_dir), "inspect", log_dir=str(tmp_path / "logs"))
@@ -383,7 +383,7 @@ def test_without_inspect_ai_the_other_exports_import_and_inspect_says_what_to_in
     """inspect_ai is an optional extra: `dateline export --to mlflow` must not need it, and `--to
     inspect` without it is one line naming the extra (a CliError: exit status 2), not a traceback."""
     code = ("import sys; sys.modules['inspect_ai'] = None\n"
-            "import ray_jobs.export\nfrom ray_jobs import export_inspect\nfrom ray_jobs.cli_errors import CliError\n"
+            "import ray_jobs.outputs.export\nfrom ray_jobs.outputs import export_inspect\nfrom engine.errors import CliError\n"
             "try:\n    export_inspect._write_log(None, '', [{'benchmark': 'b', 'config_hash': 'h', 'params': {}}], [], {})\n"
             "except CliError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

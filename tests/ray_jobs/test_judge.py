@@ -7,8 +7,8 @@ import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-from ray_jobs.configs import compose
-from ray_jobs.judge import run_judge_identity
+from ray_jobs.config.compose import compose
+from ray_jobs.judging.stream import run_judge_identity
 from ray_jobs.run import reduce_metrics
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI

@@ -1,4 +1,4 @@
-"""Judge actors (ray_jobs.judge_fleet.JudgeFleet) on a local Ray: a configuration's rows are spread
+"""Judge actors (ray_jobs.judging.fleet.JudgeFleet) on a local Ray: a configuration's rows are spread
 over the actors by task, every episode is judged once, the actors write the judgements, and a
 budget gate held in the driver's memory keeps its configuration on one actor."""
 
@@ -11,7 +11,7 @@ from engine.budget import Budget, BudgetGate, Caps
 from engine.budget.cost import Prices
 from engine.llm import Endpoint
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore
-from ray_jobs.judge_fleet import JudgeFleet
+from ray_jobs.judging.fleet import JudgeFleet
 from tests.fake_openai import FakeOpenAI
 from tests.ray_jobs.test_judging_off_the_driver import _judge_cfg, _row
 

@@ -14,8 +14,8 @@ from engine.llm import Endpoint
 from engine.runtime.writer import StoreWriter
 from engine.scoring import views
 from engine.storage import JUDGEMENT_ROW_GROUP, EpisodeStore
-from ray_jobs.configs import compose
-from ray_jobs.judge import JudgeStream, run_judge_identity
+from ray_jobs.config.compose import compose
+from ray_jobs.judging.stream import JudgeStream, run_judge_identity
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import judge_as_a_run_does
 from tests.ray_jobs.test_judge import episode

@@ -1,4 +1,4 @@
-"""``dateline race-replay`` (ray_jobs/race_replay.py), issue 34: racing replayed over completed run
+"""``dateline race-replay`` (ray_jobs/outputs/race_replay.py), issue 34: racing replayed over completed run
 dirs under random task orders. A synthetic matrix checks the counting; a real sweep (the
 rule-based newsagent agent at two retrieval depths, on the real index and the bundled sample,
 through the real driver) checks the reading of run dirs end to end, on search F1."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ray_jobs.race_replay import replay_orders, task_matrix
+from ray_jobs.outputs.race_replay import replay_orders, task_matrix
 
 
 def test_a_clear_winner_is_found_early_and_a_tie_is_never_split():
@@ -33,8 +33,8 @@ def test_too_few_tasks_save_nothing_and_say_so():
 @pytest.mark.ray
 def test_replay_over_a_real_sweep_through_the_driver(tmp_path, capsys):
     from engine.storage import EpisodeStore
-    from ray_jobs.cli import main
-    from ray_jobs.configs import compose
+    from ray_jobs.cli.main import main
+    from ray_jobs.config.compose import compose
     from tests.e2e.test_what_a_number_means import sweep
 
     run = tmp_path / "run"

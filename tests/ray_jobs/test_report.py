@@ -22,8 +22,8 @@ from engine.budget.cost import (
     uptime_cost,
 )
 from engine.storage import EpisodeStore
-from ray_jobs.report import build, main
-from ray_jobs.report.compute_pairwise import judging_cost
+from ray_jobs.outputs.report import build, main
+from ray_jobs.outputs.report.compute_pairwise import judging_cost
 from tests.engine.scoring.test_pairwise import _episode as news_episode
 from tests.factories import episode_row
 from tests.helpers import metrics_of
@@ -276,7 +276,7 @@ def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
     family, Holm-adjusted together; the raw p stays beside the adjusted one and a sentence under
     the table names the family and its size. Three configurations: three comparisons per metric."""
     from engine.scoring import stats
-    from ray_jobs.report.compute_runs import run_sections
+    from ray_jobs.outputs.report.compute_runs import run_sections
 
     store = EpisodeStore(tmp_path / "run", NEWS.episode_fields)
     a = _news_rows()
@@ -315,7 +315,7 @@ def test_report_paired_tests_are_holm_adjusted_per_metric_family(tmp_path):
 def test_no_tokens_figure_when_no_episode_used_a_token(tmp_path):
     """A rule-based run (no model: 0 tokens everywhere) gets no tokens figure, not an empty axis;
     a configuration that used tokens still gets one."""
-    from ray_jobs.report.compute_runs import run_sections
+    from ray_jobs.outputs.report.compute_runs import run_sections
 
     store = EpisodeStore(tmp_path / "run", NEWS.episode_fields)
     store.write_batch([dict(r, tokens_in=0, tokens_out=0) for r in _news_rows()], [])
@@ -331,7 +331,7 @@ def test_no_tokens_figure_when_no_episode_used_a_token(tmp_path):
 def test_episode_pages_are_kept_apart_per_run_dir(tmp_path):
     """Two run dirs holding one configuration write their pages to two folders, each index
     listing its own dir's episodes, and the link says how many that is."""
-    from ray_jobs.report.episodes import dir_key, write_pages
+    from ray_jobs.outputs.report.episodes import dir_key, write_pages
 
     dirs = []
     for name, n in (("x", 6), ("y", 3)):

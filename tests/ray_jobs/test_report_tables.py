@@ -1,4 +1,4 @@
-"""The report's tables in a browser: list.js (vendored in ray_jobs/report/static/, inlined into the
+"""The report's tables in a browser: list.js (vendored in ray_jobs/outputs/report/static/, inlined into the
 pages) sorts a table by the column whose header is clicked, its search keeps the rows holding the
 words typed, and the score filter keeps the rows whose value in the chosen column lies in a range;
 the episode index's status and error-kind selects filter through it too. Without JavaScript the
@@ -16,9 +16,9 @@ import pytest
 
 from engine.benchmarks.newsagent import BENCHMARK as NEWS
 from engine.storage import EpisodeStore
-from ray_jobs.report import build, tables
-from ray_jobs.report.episodes import write_pages
-from ray_jobs.report.page import Page
+from ray_jobs.outputs.report import build, tables
+from ray_jobs.outputs.report.episodes import write_pages
+from ray_jobs.outputs.report.page import Page
 from tests.browser import Browser
 from tests.engine.scoring.test_pairwise import _episode as news_episode
 

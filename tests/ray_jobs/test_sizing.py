@@ -1,5 +1,5 @@
 """Sizing the cluster for the user (issue 23, part 2): ``model.replicas: auto`` and
-``cluster.concurrency: auto`` (ray_jobs/sizing.py), as pure functions; the run on a
+``cluster.concurrency: auto`` (ray_jobs/cluster/sizing.py), as pure functions; the run on a
 ``cluster_utils`` cluster with fake GPUs is tests/e2e/test_cluster_sizing.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from engine.config import ClusterConfig, ModelConfig
 from engine.errors import ConfigError
-from ray_jobs.configs import compose
-from ray_jobs.sizing import derived_workers, size_replicas
+from ray_jobs.cluster.sizing import derived_workers, size_replicas
+from ray_jobs.config.compose import compose
 
 
 def gpu_model(name: str, gpus: int, replicas: object = "auto", **kw: object) -> ModelConfig:

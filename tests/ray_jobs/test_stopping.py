@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ray_jobs.stopping import Tally, exit_code, stop_line
+from ray_jobs.cluster.signals import Tally, exit_code, stop_line
 from tests.factories import episode_row
 from tests.helpers import REPO
 
@@ -45,12 +45,13 @@ def test_tally_counts_each_configuration_of_the_run_once_from_its_store(tmp_path
     from engine.benchmarks import get_benchmark
     from engine.protocol import dumps
     from engine.storage import EpisodeStore
-    from ray_jobs.run import plan
-    from ray_jobs.stopping import tally
+    from ray_jobs.run import plan_point
+    from ray_jobs.run.results import tally
 
     base = ["agent=newsagent_rule_based", f"run.dir={tmp_path}", "benchmark.limit=5"]
     a, b = compose(base), compose([*base, "agent.max_operations=3"])
-    pa, pb = plan(a), plan(b)
+    pta, ptb = plan_point(a), plan_point(b)
+    pa, pb = pta.plan, ptb.plan
     assert pa.config_hash != pb.config_hash and len(pa.specs) == len(pb.specs) == 5
     store = EpisodeStore(tmp_path, get_benchmark("newsagent").episode_fields)
 
@@ -64,7 +65,7 @@ def test_tally_counts_each_configuration_of_the_run_once_from_its_store(tmp_path
     store.write_batch([row(sa[2], pa.config_hash, "ok"),                       # a later run finished it
                        episode_row("newsagent", episode_id="not-planned", config_hash=pa.config_hash,
                                    engine=dumps(pa.engine))], [])
-    t = tally([a, b, a])                          # the same configuration twice in a sweep runs (and counts) once
+    t = tally([pta, ptb, plan_point(a)])          # the same configuration twice in a sweep counts once
     assert (t.planned, t.finished, t.failed, t.budget_stopped, t.not_run) == (10, 2, 1, 1, 6)
     assert stop_line(signal.SIGINT, t) == ("stopped by SIGINT: 2 of 10 finished, 1 failed, 1 budget-stopped, 6 not run; "
                                            "the same command resumes")
@@ -75,7 +76,7 @@ def _child(body: str, timeout: float = 60, env: dict[str, str] | None = None) ->
     a fresh interpreter; its result and how long it took."""
     import os
 
-    code = "import os, signal, subprocess, sys, time\nfrom ray_jobs import stopping\n" + textwrap.dedent(body)
+    code = "import os, signal, subprocess, sys, time\nfrom ray_jobs.cluster import signals as stopping\n" + textwrap.dedent(body)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, **(env or {})})
@@ -88,7 +89,7 @@ LINE = "stopped by {} before any episode was planned; the same command starts th
 @pytest.mark.slow
 def test_inside_the_dispatch_loop_a_signal_only_sets_the_flag_and_the_loop_raises_once_it_returns():
     p, _ = _child("""
-        stopping.arm([])
+        stopping.arm()
         @stopping.deferring
         def loop():
             os.kill(os.getpid(), signal.SIGTERM)
@@ -115,7 +116,7 @@ def test_inside_the_dispatch_loop_a_signal_only_sets_the_flag_and_the_loop_raise
 @pytest.mark.slow
 def test_elsewhere_the_first_signal_raises_and_later_ones_do_not():
     p, _ = _child("""
-        stopping.arm([])
+        stopping.arm()
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5)
@@ -141,7 +142,7 @@ def test_a_stop_that_hangs_is_cut_short_and_leaves_no_process(how, tmp_path):
     with the first signal's status."""
     pids = tmp_path / "pids"
     p, took = _child(f"""
-        stopping.arm([])
+        stopping.arm()
         child = subprocess.Popen(["bash", "-c", "sleep 300 & echo $! > {pids}; wait"], start_new_session=True)
         while not os.path.exists("{pids}") or not open("{pids}").read().strip():
             time.sleep(0.05)
@@ -173,7 +174,7 @@ def test_a_stop_that_hangs_is_cut_short_and_leaves_no_process(how, tmp_path):
 def test_not_armed_the_handlers_are_left_alone_and_disarm_gives_them_back():
     """``run()`` / ``run_sweep()`` called in process (tests, notebooks) never take the process's
     signals: only ``dateline run`` arms, and a run that ends gives the caller's handlers back."""
-    from ray_jobs import stopping
+    from ray_jobs.cluster import signals as stopping
 
     def handlers():
         return signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -184,7 +185,7 @@ def test_not_armed_the_handlers_are_left_alone_and_disarm_gives_them_back():
     assert stopping.requested() == 0
     stopping.check()                              # nothing asked: no raise
     try:
-        stopping.arm([])
+        stopping.arm()
         assert handlers() == (stopping._handler, stopping._handler)
         stopping.install()                        # after ray.init: the same handlers again
         assert handlers() == (stopping._handler, stopping._handler)

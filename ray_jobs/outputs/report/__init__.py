@@ -27,8 +27,8 @@ from pathlib import Path
 from engine.budget.cost import Prices, parse_overrides
 from engine.errors import DataError
 from engine.runtime.logs import configure as configure_logging
-from ray_jobs.cli_errors import CliError
-from ray_jobs.report.compute_pairwise import (
+from engine.errors import CliError
+from ray_jobs.outputs.report.compute_pairwise import (
     PairwiseSection,
     load_verdicts,
     pairwise_section,
@@ -36,12 +36,12 @@ from ray_jobs.report.compute_pairwise import (
     sign_tests,
     stage_summaries,
 )
-from ray_jobs.report.compute_runs import BenchmarkSection, cross_run_section, run_sections
-from ray_jobs.report.headline import headlines, render_headline, render_provenance
-from ray_jobs.report.page import Page
-from ray_jobs.report.plots import plot_names
-from ray_jobs.report.render_pairwise import render_pairwise, summary_text
-from ray_jobs.report.render_runs import render_benchmark, render_cross_runs
+from ray_jobs.outputs.report.compute_runs import BenchmarkSection, cross_run_section, run_sections
+from ray_jobs.outputs.report.headline import headlines, render_headline, render_provenance
+from ray_jobs.outputs.report.page import Page
+from ray_jobs.outputs.report.plots import plot_names
+from ray_jobs.outputs.report.render_pairwise import render_pairwise, summary_text
+from ray_jobs.outputs.report.render_runs import render_benchmark, render_cross_runs
 
 __all__ = ["build", "main", "pairwise_summary", "read_human", "sign_tests", "load_verdicts", "plot_names"]
 
@@ -90,7 +90,7 @@ def pairwise_summary(root: Path) -> str:
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """``dateline report``'s options (its subparser in ray_jobs/cli.py, and :func:`main`)."""
+    """``dateline report``'s options (its subparser in ray_jobs/cli/main.py, and :func:`main`)."""
     ap.add_argument("paths", nargs="+", help="run directories and/or pairwise directories")
     ap.add_argument("--out", help="output folder (default: the first path's report/)")
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000)")

@@ -1,7 +1,7 @@
-"""``python -m ray_jobs.report PATH...``: the same as ``dateline report PATH...``."""
+"""``python -m ray_jobs.outputs.report PATH...``: the same as ``dateline report PATH...``."""
 
 import sys
 
-from ray_jobs.report import main
+from ray_jobs.outputs.report import main
 
 raise SystemExit(main(sys.argv[1:]))

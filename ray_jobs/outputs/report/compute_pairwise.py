@@ -37,7 +37,7 @@ from engine.scoring.pairwise import (
     slot,
 )
 from engine.storage import PairwiseStore
-from ray_jobs.pairwise_plan import PLAN_FILE, collect, plan_config
+from engine.scoring.pairwise_plan import PLAN_FILE, collect, plan_config
 
 Matrix = npt.NDArray[np.float64]
 SignTest = tuple[int, int, int, int, float, float, int]     # a, b, wins of a, wins of b, p, Holm p, ties
@@ -80,7 +80,7 @@ def load_verdicts(store: PairwiseStore, current: CurrentPlan | None = None) -> l
 def current_plan(store: PairwiseStore, comps: list[dict[str, Any]] | None = None) -> CurrentPlan:
     """The plan a report counts verdicts of: the latest stage's (``plan.json``: its systems and
     comparisons), and its systems' current texts, re-read from the run dirs (as the stage reads
-    them, ``ray_jobs.pairwise_plan.collect``) and re-hashed. A pairwise dir written before
+    them, ``engine.scoring.pairwise_plan.collect``) and re-hashed. A pairwise dir written before
     ``plan.json`` existed falls back to the latest ``pairwise-*.json``'s settings over the systems
     of ``systems.json`` (the plan re-made from the current texts), and with no stage record at all
     to ``systems.json``'s systems; run dirs that cannot be read leave the texts unchecked."""

@@ -291,7 +291,7 @@ def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mappi
     """``b``'s configurations ranked by ``metric``: equal values (to the printed precision) share a
     rank; each says whether its interval overlaps the leader's. Configurations without a value
     (nothing the metric is defined on) are listed last, unranked."""
-    from ray_jobs.report.page import num
+    from ray_jobs.outputs.report.page import num
 
     lower = metric in getattr(bench, "lower_is_better", ())
     have = [(g, e) for g in b.groups if (e := b.estimates.get(g.config_hash, {}).get(metric)) is not None]
@@ -325,7 +325,7 @@ def _marks(bench: Benchmark[Any], g: ConfigGroup) -> tuple[str, ...]:
 def _vs(e: stats.Estimate, lead: stats.Estimate | None, lower: bool) -> str:
     """Where ``e`` stands against the leader: the same value, an interval overlapping the
     leader's, or clearly behind it (no interval: only the value is compared)."""
-    from ray_jobs.report.page import num
+    from ray_jobs.outputs.report.page import num
 
     if lead is None or num(e.value) == num(lead.value):
         return "leader"

@@ -27,7 +27,7 @@ from engine.protocol import Benchmark, Row
 from engine.scoring import outcomes
 from engine.scoring.judges import judged_views
 from engine.storage import EpisodeStore
-from ray_jobs.report import tables
+from ray_jobs.outputs.report import tables
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Any
 from engine.benchmarks import get_benchmark
 from engine.scoring import outcomes
 from engine.scoring.judges import SELF_JUDGED
-from ray_jobs.report.compute_runs import BenchmarkSection, JudgedBlock
-from ray_jobs.report.page import Page, est, num
+from ray_jobs.outputs.report.compute_runs import BenchmarkSection, JudgedBlock
+from ray_jobs.outputs.report.page import Page, est, num
 
 ALPHA = 0.05
 
@@ -113,7 +113,7 @@ def render_headline(page: Page, items: Sequence[Headline]) -> None:
 
 
 def render_provenance(page: Page, roots: Sequence[Path]) -> None:
-    """The newest provenance of each run dir (ray_jobs/provenance.py), one row each."""
+    """The newest provenance of each run dir (engine/provenance.py), one row each."""
     from engine.storage import EpisodeStore
 
     rows = []

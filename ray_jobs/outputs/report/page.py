@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.scoring import stats
-from ray_jobs.report import tables
+from ray_jobs.outputs.report import tables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

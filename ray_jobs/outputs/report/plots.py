@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ray_jobs.report.compute_pairwise import Dimensions, Ratings
-from ray_jobs.report.compute_runs import Curve, PerTask, TokensChart
+from ray_jobs.outputs.report.compute_pairwise import Dimensions, Ratings
+from ray_jobs.outputs.report.compute_runs import Curve, PerTask, TokensChart
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

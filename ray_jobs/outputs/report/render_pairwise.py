@@ -10,8 +10,8 @@ import numpy as np
 
 from engine.scoring.judges import SELF_JUDGED
 from engine.scoring.pairwise import NOT_IN_PLAN, STALE
-from ray_jobs.report import plots
-from ray_jobs.report.compute_pairwise import (
+from ray_jobs.outputs.report import plots
+from ray_jobs.outputs.report.compute_pairwise import (
     Agreement,
     Dimensions,
     JudgingCost,
@@ -21,7 +21,7 @@ from ray_jobs.report.compute_pairwise import (
     SignTest,
     StageSummary,
 )
-from ray_jobs.report.page import Page, est
+from ray_jobs.outputs.report.page import Page, est
 
 
 def render_pairwise(page: Page, s: PairwiseSection) -> None:

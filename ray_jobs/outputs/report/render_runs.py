@@ -8,8 +8,8 @@ from engine.benchmarks import get_benchmark
 from engine.scoring import outcomes, stats
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore
-from ray_jobs.report import plots
-from ray_jobs.report.compute_runs import (
+from ray_jobs.outputs.report import plots
+from ray_jobs.outputs.report.compute_runs import (
     BenchmarkSection,
     ConfigGroup,
     CostRow,
@@ -17,7 +17,7 @@ from ray_jobs.report.compute_runs import (
     JudgedBlock,
     Leaderboard,
 )
-from ray_jobs.report.page import Cell, Link, Page, ci, est, num
+from ray_jobs.outputs.report.page import Cell, Link, Page, ci, est, num
 
 
 def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> None:
@@ -35,7 +35,7 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
     links: dict[str, Cell] = {}
     if episodes > 0:
         from engine.benchmarks import get_benchmark as _gb
-        from ray_jobs.report.episodes import write_pages
+        from ray_jobs.outputs.report.episodes import write_pages
 
         store = EpisodeStore(s.root, _gb(s.name).episode_fields)
         for g in s.groups:          # the link counts what the index it opens lists

@@ -32,7 +32,7 @@ th.dl-sort.asc::after{content:" \\25B2";font-size:.75em}th.dl-sort.desc::after{c
 
 
 def _static(name: str) -> str:
-    return (resources.files("ray_jobs.report") / "static" / name).read_text(encoding="utf-8")
+    return (resources.files("ray_jobs.outputs.report") / "static" / name).read_text(encoding="utf-8")
 
 
 @functools.cache
@@ -41,7 +41,7 @@ def script() -> str:
     list.js (its licence in a comment) and ``tables.js``. It goes at the end of the body."""
     lib = _static("list.min.js")
     if hashlib.sha256(lib.encode()).hexdigest() != SHA256:
-        raise RuntimeError(f"ray_jobs/report/static/list.min.js is not list.js {VERSION} as published "
+        raise RuntimeError(f"ray_jobs/outputs/report/static/list.min.js is not list.js {VERSION} as published "
                            f"(sha256 {SHA256}): restore it, or update VERSION and SHA256 with it")
     lib = re.sub(r"\n//# sourceMappingURL=\S+\s*$", "\n", lib)      # the map is not shipped
     notice = _static("list.js.LICENSE").replace("*/", "* /")

@@ -143,7 +143,7 @@ def fourth(tmp_path, monkeypatch):
 def test_the_fourth_benchmark_satisfies_the_protocol_and_composes(fourth):
     from engine.benchmarks import get_benchmark, runnable_benchmarks
     from engine.protocol import Benchmark
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     bench = get_benchmark("arith")
     assert isinstance(bench, Benchmark) and bench.evaluation_fields == ("grading_note",)

@@ -219,7 +219,7 @@ def test_grading_requests_and_tables(tasks):
 @pytest.mark.slow
 def test_agent_config_must_match_benchmark():
     from engine.errors import ConfigError
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     with pytest.raises(ConfigError, match="agent config of its own"):
         compose(["benchmark=livenews"])

@@ -59,7 +59,7 @@ def test_turn_cap_is_derived():
 
 def test_config_rejects_a_cap_below_the_budgets():
     from engine.benchmarks.livenews.config import PARSE_FAILURE_SLACK, turn_cap
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     cfg = compose(["benchmark=livenews", "agent=livenews", "agent.max_searches=7"])
     assert cfg.agent.max_turns is None and turn_cap(cfg.agent) == 13 + PARSE_FAILURE_SLACK

@@ -17,7 +17,7 @@ import pytest
 
 from engine.benchmarks.newsagent import prompts
 from engine.errors import ConfigError
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 
 PAPER = (Path(__file__).parent / "paper_b1_prompt.txt").read_text()
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from engine.config import ModelConfig
 from engine.errors import ConfigError
 from engine.hosting.prepare_model import default_model_dir
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from ray_jobs.run import plan
 from tests.helpers import REPO, run_module
 
@@ -187,38 +187,38 @@ REFUSED_BY_HYDRA = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "overrides"), SAME_AS_HYDRA)
 def test_cached_compose_equals_hydra(name, overrides):
-    from ray_jobs.configs import _compose, _compose_uncached
+    from ray_jobs.config.compose import _compose_uncached, compose_node
 
-    assert _compose(name, overrides) == _compose_uncached(name, overrides)
-    assert _compose(name, overrides) == _compose_uncached(name, overrides)          # from the cache
+    assert compose_node(name, overrides) == _compose_uncached(name, overrides)
+    assert compose_node(name, overrides) == _compose_uncached(name, overrides)          # from the cache
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", REFUSED_BY_HYDRA)
 def test_cached_compose_refuses_what_hydra_refuses(overrides):
-    from ray_jobs.configs import _compose, _compose_uncached
+    from ray_jobs.config.compose import _compose_uncached, compose_node
 
     with pytest.raises(Exception) as plain:
         _compose_uncached("config", overrides)
     with pytest.raises(Exception) as cached:
-        _compose("config", overrides)
+        compose_node("config", overrides)
     assert (type(cached.value), str(cached.value)) == (type(plain.value), str(plain.value))
 
 
 def test_cached_compose_sees_an_edited_yaml_file(tmp_path, monkeypatch):
     import shutil
 
-    import ray_jobs.configs as configs
+    import ray_jobs.config.compose as configs
 
     conf = tmp_path / "conf"
     shutil.copytree(configs.CONF_DIR, conf)
     monkeypatch.setattr(configs, "CONF_DIR", str(conf))
-    first = configs._compose("config", ["model=openai_compatible"])
+    first = configs.compose_node("config", ["model=openai_compatible"])
     f = conf / "model" / "openai_compatible.yaml"
     f.write_text(f.read_text() + "\nrequest_timeout_s: 4321\n")
     import os
     os.utime(f, ns=(f.stat().st_mtime_ns + 10**9,) * 2)          # a new mtime even on a coarse clock
-    again = configs._compose("config", ["model=openai_compatible"])
+    again = configs.compose_node("config", ["model=openai_compatible"])
     assert first.model.request_timeout_s != 4321 and again.model.request_timeout_s == 4321
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from engine.benchmarks import get_benchmark
 from engine.config import ClusterConfig, IndexConfig, JudgeConfig, ModelConfig, RunConfig, StopConfig, SweepConfig
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.conftest import REPO
 
 GROUPS: dict[str, type] = {"model": ModelConfig, "index": IndexConfig, "cluster": ClusterConfig, "run": RunConfig,

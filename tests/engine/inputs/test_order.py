@@ -32,7 +32,7 @@ def test_a_limit_is_a_uniform_random_subset():
 
 def test_every_configuration_of_a_run_gets_the_same_tasks_in_the_same_order(tmp_path):
     from engine.benchmarks import get_benchmark
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     bench = get_benchmark("livenews")
     first = compose(["benchmark=livenews", "agent=livenews", "benchmark.limit=4", "agent.max_searches=1"])
@@ -52,7 +52,7 @@ def test_every_configuration_of_a_run_gets_the_same_tasks_in_the_same_order(tmp_
 
 def test_a_bad_order_is_a_config_error():
     from engine.errors import ConfigError
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     with pytest.raises((ConfigError, ValueError), match="run.order"):
         from engine.config.validate import validate
@@ -64,7 +64,7 @@ def test_a_bad_order_is_a_config_error():
 def test_the_run_dir_records_the_order_beside_the_task_set(tmp_path):
     import json
 
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run.planning import plan_point
 
     cfg = compose(["agent=newsagent_rule_based", "benchmark.limit=3", f"run.dir={tmp_path}", "run.order_seed=5"])

@@ -65,7 +65,7 @@ def test_second_driver_gets_a_clear_error_naming_the_holder(tmp_path):
 
 @pytest.mark.ray
 def test_run_refuses_a_locked_run_dir_before_writing(tmp_path):
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run
 
     p = _holder(tmp_path)
@@ -160,7 +160,7 @@ def test_driver_keeps_rows_it_could_not_write_and_stops_clearly_if_it_never_can(
 
     from engine.errors import StoreWriteError
     from engine.storage import EpisodeStore
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run
 
     real = EpisodeStore.write_batch

@@ -15,10 +15,10 @@ from engine.scoring import stats
 from engine.scoring.judges import judge_identity, judged_views
 from engine.scoring.pairwise import pair_outcomes, plan
 from engine.storage import JUDGEMENT_SCHEMA, EpisodeStore, PairwiseStore
-from ray_jobs.configs import compose
-from ray_jobs.report import build, main, sign_tests
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
+from ray_jobs.outputs.report import build, main, sign_tests
 from ray_jobs.run import needed_cpus, reduce_metrics, summary
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import judge_as_a_run_does
 from tests.ray_jobs.test_judge import episode

@@ -14,9 +14,9 @@ from engine.benchmarks.newsagent import pairwise as npw
 from engine.errors import ConfigError, DataError
 from engine.scoring.pairwise import REFERENCE, a_first, outcome, plan, position_bias
 from engine.storage import EpisodeStore, PairwiseStore
-from ray_jobs.configs import compose_pairwise
-from ray_jobs.pairwise import run_pairwise
-from ray_jobs.report import build, read_human
+from ray_jobs.config.compose import compose_pairwise
+from ray_jobs.judging.pairwise import run_pairwise
+from ray_jobs.outputs.report import build, read_human
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
 
@@ -194,7 +194,7 @@ def test_pairwise_stage_and_report(tmp_path):
     assert len(comps) == 20 and {c["seed"] for c in comps} == {5}
     firsts = {(c["task_id"], c["system_a"], c["system_b"]): c["first"] for c in comps if c["order"] == "random"}
     cfg2 = compose_pairwise([f"runs=[{run_a},{run_b}]", f"out={tmp_path / 'pw2'}", "seed=5"])
-    from ray_jobs.pairwise_plan import collect
+    from engine.scoring.pairwise_plan import collect
     _, arts, _ = collect(cfg2, BENCHMARK)
     assert {(c.task_id, c.system_a, c.system_b): c.first for c in plan(arts, 5)[0]} == firsts   # reproducible
 
@@ -276,7 +276,7 @@ def test_report_counts_only_current_plan_and_current_texts(tmp_path):
     Its two verdicts (A-B and A-reference on sample-01) were on the old text: the report leaves them
     out as stale and says so. A second stage judges the two new comparisons; a third with another
     seed makes a new plan, and every earlier verdict is then left out as not in the plan."""
-    from ray_jobs.report.compute_pairwise import current_plan, load_verdicts, pairwise_section
+    from ray_jobs.outputs.report.compute_pairwise import current_plan, load_verdicts, pairwise_section
 
     run_a, run_b = _runs(tmp_path)
     out = tmp_path / "pw"

@@ -310,7 +310,7 @@ def _jrow(eid, judge, key="grade", ok=True, value="A", error="", kind="hosted", 
 
 
 def _judged_store(path):
-    from ray_jobs.judge import MALFORMED
+    from ray_jobs.judging.stream import MALFORMED
 
     store = EpisodeStore(path, BENCHMARK.episode_fields)
     down = dict(ok=False, error="GenerationError: endpoint down")
@@ -338,7 +338,7 @@ def _judged_store(path):
 
 
 def _judge_answers(store):
-    from ray_jobs.judge import settled
+    from ray_jobs.judging.stream import settled
 
     parse = lambda key, text: text.lower() if text != "B" else None           # noqa: E731
     return {"settled": {j: (settled(store, j), settled(store, j, retry_failed_calls=False))

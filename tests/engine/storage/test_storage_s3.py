@@ -161,7 +161,7 @@ def test_endpoint_from_aws_endpoint_url(s3_env, tmp_path, monkeypatch):
 def test_a_run_writes_its_store_to_s3_and_resumes_from_it(s3_env, monkeypatch, tmp_path):
     """``dateline run run.dir=s3://...``: the driver plans against, writes to and reduces from the
     bucket (rule-based newsagent: no model); logs and artifacts go to a local folder."""
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
     from ray_jobs.run import run
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env)          # pyarrow's S3 client honours it

@@ -1,4 +1,4 @@
-/* dateline report tables (ray_jobs/report/tables.py inlines this after list.min.js).
+/* dateline report tables (ray_jobs/outputs/report/tables.py inlines this after list.min.js).
  *
  * Every table with a header (<thead>) and at least two body rows becomes a list.js List: click a
  * column header to sort by it (again: the other way), a search box keeps the rows holding every
