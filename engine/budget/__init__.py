@@ -1,17 +1,18 @@
-"""Money and caps: the budget ledger and gates (``ledger``) and token and replica-uptime pricing
-(``cost``). ``engine.budget`` re-exports the ledger's public names (plugins import them from here)."""
+"""Money and caps: the budget ledger (``ledger``), its records (``records``: spend, reservations,
+caps, the refusals), the gate a chat client calls (``gate``) and token and replica-uptime pricing
+(``cost``). ``engine.budget`` re-exports the public names of the first three (plugins import them
+from here)."""
 
-from engine.budget.ledger import (
+from engine.budget.gate import BudgetGate, current_gate
+from engine.budget.ledger import Budget
+from engine.budget.records import (
     CHARS_PER_TOKEN,
     TOKENS_PER_MESSAGE,
-    Budget,
     BudgetExhausted,
-    BudgetGate,
     Caps,
     LedgerLost,
     Reservation,
     Spend,
-    current_gate,
     estimate_prompt_tokens,
 )
 

@@ -32,103 +32,24 @@ spent (:meth:`Budget.point_spend`), which the run dirs record per configuration.
 again (:meth:`Budget.restore`).
 """
 
-from __future__ import annotations
-
 import asyncio
-import contextvars
-import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from engine.budget.cost import Prices, token_cost, unit_hours, uptime_cost
 
-# Chat templates add a few tokens per message (role markers) to the content's own.
-TOKENS_PER_MESSAGE = 4
-CHARS_PER_TOKEN = 4.0
-
-
-class BudgetExhausted(RuntimeError):
-    """A model call was refused: it could exceed a ``run.budget`` cap (the message names it).
-    Not a :class:`~engine.llm.GenerationError`: benchmarks that record endpoint failures as
-    results never swallow it; the episode runner stores the episode as ``budget_exhausted``."""
-
-
-class LedgerLost(RuntimeError):
-    """The budget ledger could not be asked (its actor died and could not be restarted): nobody
-    can say whether the call may start. Neither a result nor a budget stop: the episode runner
-    returns the episode as never started, and the driver requeues it or leaves it for a re-run
-    (docs/design/budget.md). Not a :class:`~engine.llm.GenerationError`, so no benchmark records
-    it as a result."""
-
-
-@dataclass
-class Spend:
-    """Tokens, dollars and GPU hours (spent, or reserved)."""
-    tokens_in: int = 0
-    tokens_out: int = 0
-    usd: float = 0.0
-    gpu_hours: float = 0.0
-
-    def __add__(self, o: Spend) -> Spend:
-        return Spend(self.tokens_in + o.tokens_in, self.tokens_out + o.tokens_out, self.usd + o.usd,
-                     self.gpu_hours + o.gpu_hours)
-
-    def __sub__(self, o: Spend) -> Spend:
-        return Spend(self.tokens_in - o.tokens_in, self.tokens_out - o.tokens_out, self.usd - o.usd,
-                     self.gpu_hours - o.gpu_hours)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def of(cls, d: dict[str, Any] | None) -> Spend:
-        d = d or {}
-        return cls(int(d.get("tokens_in") or 0), int(d.get("tokens_out") or 0), float(d.get("usd") or 0.0),
-                   float(d.get("gpu_hours") or 0.0))
-
-
-@dataclass(frozen=True)
-class Reservation:
-    id: int
-    tokens_in: int
-    tokens_out: int
-    usd: float
-    at: float = field(default=0.0, compare=False)      # monotonic time it was granted
-    point: str = ""                                    # the sweep point (config hash) whose call it is
-    epoch: str = ""                                    # the ledger incarnation that granted it
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.epoch, self.id
-
-
-@dataclass(frozen=True)
-class Caps:
-    """The caps of ``run.budget`` (None: no cap)."""
-    max_usd: float | None = None
-    max_input_tokens: int | None = None
-    max_output_tokens: int | None = None
-    max_gpu_hours: float | None = None
-
-    @classmethod
-    def of(cls, cfg: Any) -> Caps:
-        """From a ``BudgetConfig`` (or anything with the same attributes)."""
-        return cls(*(getattr(cfg, f, None) for f in ("max_usd", "max_input_tokens", "max_output_tokens",
-                                                      "max_gpu_hours")))
-
-    @property
-    def any(self) -> bool:
-        return any(v is not None for v in asdict(self).values())
-
-
-def estimate_prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
-    """Prompt tokens of a chat request before it is sent: content characters / 4 plus a few per
-    message for the chat template (close for English text; the settle corrects the ledger)."""
-    chars = sum(len(str(m.get("content") or "")) for m in messages)
-    return int(math.ceil(chars / CHARS_PER_TOKEN)) + TOKENS_PER_MESSAGE * len(messages)
+# the ledger's old module path keeps every name it had: the records and the gate live beside it
+from engine.budget.gate import BudgetGate as BudgetGate
+from engine.budget.gate import current_gate as current_gate
+from engine.budget.records import CHARS_PER_TOKEN as CHARS_PER_TOKEN
+from engine.budget.records import TOKENS_PER_MESSAGE as TOKENS_PER_MESSAGE
+from engine.budget.records import BudgetExhausted as BudgetExhausted
+from engine.budget.records import Caps, Reservation, Spend
+from engine.budget.records import LedgerLost as LedgerLost
+from engine.budget.records import estimate_prompt_tokens as estimate_prompt_tokens
 
 
 class Budget:
@@ -367,45 +288,3 @@ class Budget:
             if not f.done():
                 f.set_result(None)
 
-
-class BudgetGate:
-    """What a chat client calls around each request (``engine.llm.ChatClient``): ``reserve``
-    before it (raises :class:`BudgetExhausted` when refused), ``settle`` after it.
-
-    ``acquire(est_in, est_out)`` returns an awaitable of ``(reservation or None, reason)`` and
-    ``settle(reservation, tokens_in, tokens_out)`` an awaitable: a local :class:`Budget`
-    (:meth:`local`) or the methods of the budget actor (``engine.runtime.budget_actor.remote_gate``)."""
-
-    def __init__(self, acquire: Callable[[int, int], Awaitable[tuple[Reservation | None, str]]],
-                 settle: Callable[[Reservation, int, int], Awaitable[Any]], shared: bool = False) -> None:
-        self._acquire = acquire
-        self._settle = settle
-        # the ledger is an actor every process may call (a copy of the gate books in the same
-        # place); False: the ledger lives in this process's memory, so the gate must not be copied
-        self.shared = shared
-
-    @classmethod
-    def local(cls, budget: Budget, point: str = "") -> BudgetGate:
-        async def acquire(a: int, b: int) -> tuple[Reservation | None, str]:
-            r = await budget.acquire(a, b, point=point)
-            return r, budget.reason
-
-        async def settle(r: Reservation, a: int, b: int) -> None:
-            budget.settle(r, a, b)
-        return cls(acquire, settle)
-
-    async def reserve(self, messages: Sequence[dict[str, Any]], max_tokens: int) -> Reservation:
-        r, why = await self._acquire(estimate_prompt_tokens(messages), int(max_tokens))
-        if r is None:
-            raise BudgetExhausted(why or "run budget exhausted")
-        return r
-
-    async def settle(self, r: Reservation, tokens_in: int, tokens_out: int) -> None:
-        await self._settle(r, tokens_in, tokens_out)
-
-
-# The gate of the calls made in the current context: an episode runner sets it for the episode's
-# task, so every client the episode reaches (through a router, on any replica) is gated, without
-# the gate being threaded through each client's constructor. A client's own ``gate`` wins.
-current_gate: contextvars.ContextVar[BudgetGate | None] = contextvars.ContextVar("dateline_budget_gate",
-                                                                                 default=None)

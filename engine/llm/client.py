@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.budget.ledger import BudgetGate, current_gate
+from engine.budget.gate import BudgetGate, current_gate
 
 if TYPE_CHECKING:
     from engine.config.schema import JudgeConfig, ModelConfig
