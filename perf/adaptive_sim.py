@@ -1,5 +1,5 @@
 """Wrong eliminations and episodes spent by the adaptive strategies, on at least 10,000 simulated
-sweeps run through the real decision code (``engine/scoring/racing.py`` via
+sweeps run through the real decision code (``engine/scoring/racing/`` via
 ``engine/scoring/racing_sim.py``); issue 34. No Ray, no model: outcomes come from a 2PL
 item-response model with tasks shared by every configuration (section 9 of
 ``../shared/design/adaptive-evaluation.md``).

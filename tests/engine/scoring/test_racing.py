@@ -1,4 +1,4 @@
-"""Decisions of an adaptive evaluation (engine/scoring/racing.py), issue 34, on synthetic sweeps
+"""Decisions of an adaptive evaluation (engine/scoring/racing/), issue 34, on synthetic sweeps
 (engine/scoring/racing_sim.py) run through the real decision code. The 10,000-sweep error-rate
 harness is perf/adaptive_sim.py; these are the fast checks of each rule."""
 
