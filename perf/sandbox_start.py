@@ -1,6 +1,6 @@
 """What the analyst sandbox costs, side by side in one run:
 
-* per snippet: the start cost of the sandbox now (engine/benchmarks/analyst/sandbox.py: a cgroup
+* per snippet: the start cost of the sandbox now (engine/sandbox/: a cgroup
   per snippet where one can be made, the folder's uid killed before and after, the quota walk
   through descriptors) against the sandbox module of git revision ``--old`` (default: before
   issue 30; loaded from git into a temporary module: it re-owned the folder by path before each
@@ -28,17 +28,28 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def old_module(rev: str):    # noqa: ANN201 - a module loaded from git
-    src = subprocess.run(["git", "show", f"{rev}:engine/benchmarks/analyst/sandbox.py"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "old_sandbox.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("old_sandbox", path)
+def load_from_git(rev: str, path: str, name: str):    # noqa: ANN201 - a module loaded from git
+    src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    file = Path(tempfile.mkdtemp()) / Path(path).name
+    file.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, file)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["old_sandbox"] = mod           # dataclasses look their module up
+    sys.modules[name] = mod                    # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+def old_module(rev: str):    # noqa: ANN201 - a module loaded from git
+    # the sandbox lived in engine/benchmarks/analyst/ then, and imported its siblings from there:
+    # they come from the same revision, under their old names
+    for sibling in ("seccomp", "cgroup"):
+        try:
+            load_from_git(rev, f"engine/benchmarks/analyst/{sibling}.py", f"engine.benchmarks.analyst.{sibling}")
+        except subprocess.CalledProcessError:
+            pass                               # not there yet at that revision
+    return load_from_git(rev, "engine/benchmarks/analyst/sandbox.py", "old_sandbox")
 
 
 def timed(box, code: str, runs: int) -> list[float]:  # noqa: ANN001
@@ -58,12 +69,12 @@ def main() -> None:
     a = ap.parse_args()
     import os
 
-    from engine.benchmarks.analyst.sandbox import Limits, Sandbox
+    from engine.sandbox import Limits, Sandbox, cgroup
 
     old = old_module(a.old)
     with tempfile.TemporaryDirectory() as d:
         print(f"machine: {os.cpu_count()} cores; cgroup: "
-              f"{__import__('engine.benchmarks.analyst.cgroup', fromlist=['x']).cgroup_support()}")
+              f"{cgroup.cgroup_support()}")
         for files in (0, 2000):
             new_box = Sandbox(Path(d) / f"new{files}", Limits(timeout_s=60))
             old_box = old.Sandbox(Path(d) / f"old{files}", old.Limits(timeout_s=60))

@@ -9,7 +9,7 @@ own text is valid Unicode, as the client decodes UTF-8, but JSON escapes inside 
 
 The model is a script, not a server: a few hundred episodes take seconds. The analyst agent
 never gets a ``python`` tool call here (each one starts a sandboxed subprocess; see
-``tests/benchmarks/analyst/test_sandbox.py``). Episodes per benchmark:
+``tests/engine/sandbox/test_sandbox.py``). Episodes per benchmark:
 ``DATELINE_FUZZ_EPISODES`` (default 200 in the full suite, ``DATELINE_CI=1``; 50 otherwise),
 derandomized.
 """

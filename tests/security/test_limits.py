@@ -81,7 +81,7 @@ def test_a_dripping_endpoint_fails_each_call_within_its_timeout():
 @pytest.mark.slow
 def test_a_regex_bomb_costs_the_grep_tool_under_a_second(tmp_path):
     from engine.benchmarks.analyst.generation import _observation
-    from engine.benchmarks.analyst.sandbox import Limits, Sandbox
+    from engine.sandbox import Limits, Sandbox
 
     box = Sandbox(tmp_path / "episode", Limits(timeout_s=5))
     box.write_text("sources/a.txt", ("a" * 30 + "b\n") * 50)
@@ -98,7 +98,7 @@ def test_300_mb_of_output_raise_the_workers_memory_by_under_50_mb(tmp_path):
     code = f"""
 import resource, sys
 sys.path.insert(0, {str(REPO)!r})
-from engine.benchmarks.analyst.sandbox import Limits, Sandbox
+from engine.sandbox import Limits, Sandbox
 box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60))
 box.run_python("print(1)")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -121,7 +121,7 @@ def test_reading_three_lines_of_a_64_mb_file_costs_the_worker_under_16_mb(tmp_pa
 import resource, sys
 sys.path.insert(0, {str(REPO)!r})
 from engine.benchmarks.analyst.generation import _observation
-from engine.benchmarks.analyst.sandbox import Limits, Sandbox
+from engine.sandbox import Limits, Sandbox
 box = Sandbox({str(tmp_path / 'episode')!r}, Limits(timeout_s=60))
 with open({str(tmp_path / 'episode' / 'big.txt')!r}, 'w') as f:
     for _ in range(64):

@@ -14,7 +14,7 @@ After the run no marker may appear anywhere: in any Parquet row (episodes, steps
 plans), any file of the run dir (logs, artifacts, the episodes' own folders, metrics), the HTML and
 Markdown report, or the Ray session's logs. Each attack also has its own check (the process tree
 is gone after a timeout, the folder is within its quota, the worker survived ``kill(-1)``...).
-The per-route tests of tests/benchmarks/analyst/test_sandbox*.py cover the same ground in-process.
+The per-route tests of tests/engine/sandbox/test_sandbox*.py cover the same ground in-process.
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ def test_audit_unsafe_is_marked_on_every_number(tmp_path):
 def test_without_os_isolation_an_agentic_run_refuses_to_start(tmp_path):
     """No bwrap binary, and no user namespaces either (the run itself inside a bwrap that
     forbids creating them): the agentic run refuses before it starts, saying how to fix it."""
-    from engine.benchmarks.analyst.sandbox import bwrap_binary
+    from engine.sandbox import bwrap_binary
 
     bwrap = bwrap_binary()
     assert bwrap

@@ -21,7 +21,6 @@ from engine.benchmarks.analyst import claims, generation, prompts, scoring
 from engine.benchmarks.analyst import metrics as analyst_metrics
 from engine.benchmarks.analyst.config import AnalystAgentConfig, AnalystBenchmarkConfig, row_config
 from engine.benchmarks.analyst.data import SETTINGS, AnalystTask, load_task, load_tasks
-from engine.benchmarks.analyst.sandbox import ISOLATIONS, SandboxUnavailable, require_isolation
 from engine.benchmarks.analyst.sources import ByteCounter, chunk_sources, source_texts, token_counter
 from engine.config import Config
 from engine.errors import ConfigError
@@ -39,6 +38,7 @@ from engine.protocol import (
     dumps,
     select_tasks,
 )
+from engine.sandbox import ISOLATIONS, SandboxUnavailable, require_isolation
 
 AUDIT_UNSAFE_WARNING = ("AUDIT_UNSAFE: the model's code ran without OS isolation (agent.sandbox=audit_unsafe: an "
                         "audit hook it can switch off); it could have read the task's reference and checklist, so "

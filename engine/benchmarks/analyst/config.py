@@ -54,7 +54,7 @@ class AnalystAgentConfig:
     max_episode_tokens: int = 150000     # agentic: prompt + completion tokens over all turns
     max_tokens_action: int = 1024
     guided_json: bool = True             # agentic: actions constrained to the tool schema (vLLM)
-    # agentic: where model-written snippets run (engine/benchmarks/analyst/sandbox.py). "bwrap":
+    # agentic: where model-written snippets run (engine/sandbox/). "bwrap":
     # bubblewrap namespaces, seccomp, a folder of their own; a run refuses to start where it
     # cannot. "audit_unsafe": an audit hook alone, NOT a boundary (hostile code switches it off);
     # only by explicit choice, and the report marks every number such a run produced.

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.benchmarks.analyst.data import AnalystTask, copy_sources
-from engine.benchmarks.analyst.sandbox import Limits, PathRefused, Sandbox, clip_list
 from engine.benchmarks.analyst.sources import chunk_sources, chunk_text, source_texts
 from engine.inputs import fdtree
 from engine.llm import RequestRejected
 from engine.llm.actions import ParseError, first_json_object
 from engine.protocol import EpisodeContext, dumps
+from engine.sandbox import Limits, PathRefused, Sandbox, clip_list
 
 SYSTEM = "You are a professional analyst who writes accurate, well-structured reports in Markdown."
 

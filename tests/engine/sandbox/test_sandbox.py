@@ -16,8 +16,8 @@ import pytest
 
 from engine.sandbox import Limits, PathRefused, Sandbox, SandboxUnavailable
 from engine.sandbox import folder as S
-from tests.engine.sandbox.test_sandbox_reads import ISOLATIONS
 from tests.conftest import REPO
+from tests.engine.sandbox.test_sandbox_reads import ISOLATIONS
 
 
 @pytest.fixture

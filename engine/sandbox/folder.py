@@ -305,7 +305,7 @@ def _probe() -> tuple[bool, str]:
     import json
     import tempfile
 
-    from engine.benchmarks.analyst import seccomp
+    from engine.sandbox import seccomp
 
     host_ns = {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in _NAMESPACES}
     with open("/proc/self/cmdline", "rb") as f:
@@ -832,7 +832,7 @@ class Sandbox:
         while it runs, the whole tree is dead and reaped when this returns or raises: the tree
         is killed in a ``finally`` through its cgroup (where one can be made: the kernel also
         holds its memory and process count), its process group, and (a root worker) its uid."""
-        from engine.benchmarks.analyst import cgroup, seccomp
+        from engine.sandbox import cgroup, seccomp
 
         self.runs += 1
         lim = self.limits
