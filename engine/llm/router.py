@@ -13,19 +13,10 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.llm.client import (
-    ChatClient,
-    Completion,
-    Endpoint,
-    GenerationError,
-    RequestRejected,
-    RetryBudget,
-    SamplingParams,
-    endpoint_down,
-    unreachable,
-    where,
-)
+from engine.llm.client import ChatClient
+from engine.llm.retry import endpoint_down, unreachable, where
 from engine.llm.transcripts import CallRecord
+from engine.llm.types import Completion, Endpoint, GenerationError, RequestRejected, RetryBudget, SamplingParams
 
 if TYPE_CHECKING:
     pass

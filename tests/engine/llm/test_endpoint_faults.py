@@ -100,7 +100,7 @@ def test_an_episode_stops_when_its_retry_budget_is_spent():
 
 # -- through the driver -----------------------------------------------------------------------
 def _cfg(url: str, tmp_path, *extra: str):
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     return compose(["benchmark=livenews", "agent=livenews", "benchmark.limit=6", "model=openai_compatible",
                     f"model.base_url={url}", "model.name=fake", "model.api_key_env=", "model.request_timeout_s=2",
@@ -114,8 +114,8 @@ def _cfg(url: str, tmp_path, *extra: str):
 def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_asked(tmp_path):
     from engine.benchmarks.livenews import BENCHMARK
     from engine.storage import EpisodeStore
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run
-    from ray_jobs.session import Session
     from tests.helpers import livenews_script as responder
 
     mix = {"ok": 0.55, "429": 0.07, "500": 0.07, "503": 0.07, "reset": 0.06, "timeout": 0.04, "truncated": 0.05,
@@ -152,7 +152,7 @@ def test_a_seeded_mix_of_every_fault_loses_nothing_and_resumes_failed_only_when_
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "ok"] + ["refused"])
 def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
-    """Model calls go over the SDK's aiohttp transport (engine.llm.client._http_client), whose own error
+    """Model calls go over the SDK's aiohttp transport (engine.llm.transport.http_client), whose own error
     map calls a refused connection or a reset "APITimeoutError: Request timed out.". Each fault
     is named as the SDK's httpx transport names it (a refused connection: APIConnectionError)."""
     import socket
@@ -174,7 +174,7 @@ def test_a_failure_is_named_as_over_the_httpx_transport(kind, monkeypatch):
     def both(url: str) -> tuple[str, str]:
         aio = error(url)
         with monkeypatch.context() as m:
-            m.setattr(llm, "_http_client", lambda sampling: None)
+            m.setattr(llm, "http_client", lambda sampling: None)  # looked up by ChatClient in engine.llm.client
             return aio, error(url)
 
     if kind == "refused":

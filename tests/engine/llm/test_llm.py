@@ -93,11 +93,11 @@ def test_the_transport_takes_proxies_from_the_environment(monkeypatch):
     (a lab's external judge API behind its egress proxy), NO_PROXY exempts hosts."""
     from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
 
-    from engine.llm.client import _http_client
+    from engine.llm.transport import http_client
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "vllm.internal")
-    client = _http_client(SamplingParams())
+    client = http_client(SamplingParams())
     routes = {str(p.pattern): t for p, t in client._mounts.items()}
     assert isinstance(routes["https://"], AiohttpTransport) and str(routes["https://"].proxy.url) == \
         "http://proxy.internal:3128"
