@@ -110,7 +110,7 @@ MAX_MODULE_LINES = 400
 ALLOWED_LONG_MODULES: frozenset[str] = frozenset({
     "engine.benchmarks.analyst.cgroup", "engine.benchmarks.analyst.sandbox", "engine.config.schema",
     "engine.hosting.replica", "engine.scoring.outcomes", "engine.scoring.racing.race",
-    "ray_jobs.budget.ledger", "ray_jobs.outputs.export_inspect", "ray_jobs.outputs.report.compute_runs",
+    "ray_jobs.budget.ledger", "ray_jobs.outputs.inspect.plain", "ray_jobs.outputs.report.compute_runs",
     "ray_jobs.run.dispatch_loop",
 })
 

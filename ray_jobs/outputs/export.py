@@ -1,5 +1,5 @@
 """``dateline export --to mlflow|wandb|inspect RUN_DIR``: a run dir into an experiment tracker, or
-into inspect_ai eval logs (``ray_jobs/outputs/export_inspect.py``: one log per configuration, a sample per
+into inspect_ai eval logs (``ray_jobs/outputs/inspect/``: one log per configuration, a sample per
 episode, for ``inspect view``).
 
 Each configuration of each benchmark, seen through each judge (or none), becomes one tracker run,
@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.scoring import outcomes
-from ray_jobs.outputs import export_inspect
+from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
 
 # the W&B history key of a configuration's per-sample table
@@ -175,7 +175,7 @@ def export(run_dir: str, to: str, experiment: str = "dateline", tracking_uri: st
     if to not in ("mlflow", "wandb", "inspect"):
         raise ValueError(f"export: unknown tracker {to!r}")
     if to == "inspect":
-        return export_inspect.write_logs(run_dir, list(_records(run_dir)), log_dir)
+        return inspect_logs.write_logs(run_dir, list(_records(run_dir)), log_dir)
     lines = []
     views: dict[tuple[str, str], list[EpisodeView]] = {}       # a configuration's episodes (W&B's tables)
     with tempfile.TemporaryDirectory(prefix="dateline-export-") as tmp:
@@ -186,7 +186,7 @@ def export(run_dir: str, to: str, experiment: str = "dateline", tracking_uri: st
             else:
                 key = (rec["benchmark"], rec["config_hash"])
                 if key not in views:
-                    views[key] = export_inspect.views(run_dir, *key)
+                    views[key] = inspect_logs.views(run_dir, *key)
                 lines.append(_wandb(rec, files, experiment, wandb_dir, views[key]))
     return lines
 
@@ -200,12 +200,12 @@ def sample_rows(rec: Mapping[str, Any], views: list[EpisodeView]) -> tuple[list[
     judge = str(rec["judge"])
     vals = [v.values.get(judge) or v.values.get("") or {} for v in views]
     metrics = sorted({m for d in vals for m in d})
-    keys = sorted({k for v in views for (j, k) in export_inspect.verdicts(v) if j == judge}) if judge else []
+    keys = sorted({k for v in views for (j, k) in inspect_logs.verdicts(v) if j == judge}) if judge else []
     columns = ["task_id", "episode_id", "seed", "status", "finish_reason", "error_kind", "output", "reference",
                *metrics, *(c for k in keys for c in (f"verdict.{k}", f"verdict.{k}.explanation"))]
     rows = []
     for v, d in zip(views, vals):
-        r, verdict = v.row, export_inspect.verdicts(v)
+        r, verdict = v.row, inspect_logs.verdicts(v)
         row = [r["task_id"], v.episode_id, r["seed"], r["status"], r["finish_reason"],
                outcomes.error_kind(r) if r["status"] != "ok" else "", r["output"] or "", v.reference,
                *(d.get(m) for m in metrics)]

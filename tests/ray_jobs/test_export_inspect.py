@@ -1,4 +1,4 @@
-"""``dateline export --to inspect`` (ray_jobs/outputs/export_inspect.py) and W&B's per-sample tables.
+"""``dateline export --to inspect`` (ray_jobs/outputs/inspect/) and W&B's per-sample tables.
 
 A real run dir: the driver in this process (Hydra config, Ray, workers, the judge stage, Parquet)
 runs a livenews sweep of two configurations on four questions against scripted servers. Each
@@ -42,7 +42,7 @@ from dateline import compose
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm.transcripts import conversation, message_id
 from engine.storage import EpisodeStore
-from ray_jobs.outputs import export_inspect
+from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report import episodes as ev
 from tests.e2e.test_what_a_number_means import judged, live_cfg, sweep, which
 from tests.fake_openai import FakeOpenAI
@@ -252,7 +252,7 @@ def test_inspect_view_shows_an_episodes_final_output(run_dir, tmp_path):
     eps = store.episodes().to_pylist()
     right = sorted((e for e in eps if e["output"] == e["gold"]), key=lambda e: e["config_hash"])[0]
     failed = next(e for e in eps if e["status"] != "ok" and e["config_hash"] == right["config_hash"])
-    name = export_inspect.log_name("livenews", right["config_hash"])
+    name = inspect_logs.log_name("livenews", right["config_hash"])
     with inspect_view(tmp_path / "logs") as url, Browser(width=1400, height=1000) as b:
         base = f"{url}#/logs/{name}/samples/sample"
         # the scoring tab (once the sample has loaded: the judge's text is there): no transcript on it,
@@ -333,7 +333,7 @@ def _step(i, action, result, ok=True, call=-1, raw=""):
 def test_a_rule_based_episode_is_tool_calls_without_model_calls():
     v = _view([_step(0, {"Action": "search", "query": "t"}, "5 results"),
                _step(1, {"Action": "insert", "obj": {"text": "x", "id": "o1"}}, "duplicate", ok=False)])
-    got = export_inspect.messages(v)
+    got = inspect_logs.messages(v)
     assert [(m["role"], m["content"]) for m in got] == [("assistant", ""), ("tool", "5 results"),
                                                         ("assistant", ""), ("tool", "duplicate")]
     assert got[0]["tool_calls"] == [{"id": "eeeeeeeeeeee-step0", "function": "search", "arguments": {"query": "t"},
@@ -346,7 +346,7 @@ def test_a_prompt_that_starts_over_adds_only_what_is_new_and_a_bad_action_is_a_p
     sys_, u0, u1 = ("system", "You edit."), ("user", "state 0"), ("user", "state 1")
     v = _view([_step(0, None, "no action block", ok=False, call=0), _step(1, {"Action": "terminate"}, "done", call=1)],
               [_call(0, [sys_, u0], "hmm"), _call(1, [sys_, u1], '{"Action": "terminate"}')], [sys_, u0, u1])
-    got = export_inspect.messages(v)
+    got = inspect_logs.messages(v)
     assert [(m["role"], m["content"]) for m in got] == [
         sys_, u0, ("assistant", "hmm"), ("tool", "no action block"), u1, ("assistant", '{"Action": "terminate"}'),
         ("tool", "done")]
@@ -357,7 +357,7 @@ def test_a_prompt_that_starts_over_adds_only_what_is_new_and_a_bad_action_is_a_p
 def test_a_failed_call_leaves_its_prompt_and_says_why():
     sys_, u0 = ("system", "Answer."), ("user", "q?")
     v = _view([], [_call(0, [sys_, u0], "", error="GenerationError: 500")], [sys_, u0], row={"status": "error"})
-    got = export_inspect.messages(v)
+    got = inspect_logs.messages(v)
     assert [(m["role"], m["content"]) for m in got] == [sys_, u0]
     assert got[-1]["metadata"] == {"call_error": "GenerationError: 500"}
 
@@ -369,13 +369,13 @@ def test_unparsed_verdicts_and_metric_views():
                      "error": "malformed", "truncated": False, "batch_id": "1"},
                     {"judge": "j1", "judge_model": "g", "key": "grade", "value": "CORRECT", "ok": True,
                      "raw_output": "A", "error": "", "truncated": False, "batch_id": "0"}]
-    got = export_inspect.scores(v)
+    got = inspect_logs.scores(v)
     assert set(got) == {"metrics (judge j1)", "grade (judge j1)"}       # the judged view holds the unjudged one's
     assert got["grade (judge j1)"]["value"] == "CORRECT" and got["grade (judge j1)"]["explanation"] == "A"
     v.judgements = v.judgements[:1]
-    assert export_inspect.scores(v)["grade (judge j1)"]["unscored"] is True
+    assert inspect_logs.scores(v)["grade (judge j1)"]["unscored"] is True
     v.values = {"": {"a": 1.0}}
-    assert export_inspect.metric_views(v) == {"": {"a": 1.0}}
+    assert inspect_logs.metric_views(v) == {"": {"a": 1.0}}
 
 
 @pytest.mark.slow
@@ -383,8 +383,8 @@ def test_without_inspect_ai_the_other_exports_import_and_inspect_says_what_to_in
     """inspect_ai is an optional extra: `dateline export --to mlflow` must not need it, and `--to
     inspect` without it is one line naming the extra (a CliError: exit status 2), not a traceback."""
     code = ("import sys; sys.modules['inspect_ai'] = None\n"
-            "import ray_jobs.outputs.export\nfrom ray_jobs.outputs import export_inspect\nfrom engine.errors import CliError\n"
-            "try:\n    export_inspect._write_log(None, '', [{'benchmark': 'b', 'config_hash': 'h', 'params': {}}], [], {})\n"
+            "import ray_jobs.outputs.export\nfrom ray_jobs.outputs.inspect import plain\nfrom engine.errors import CliError\n"
+            "try:\n    plain._write_log(None, '', [{'benchmark': 'b', 'config_hash': 'h', 'params': {}}], [], {})\n"
             "except CliError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "pip install 'dateline[export]'" in out.stdout, out.stderr[-2000:]

@@ -57,11 +57,11 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import stable_hash
+from engine.errors import CliError
 from engine.llm.transcripts import conversation
+from engine.provenance import dateline_version
 from engine.scoring import outcomes
 from engine.storage import EpisodeStore, is_uri, sub_uri, upload_tree
-from engine.errors import CliError
-from engine.provenance import dateline_version
 from ray_jobs.outputs.report import episodes as ev
 
 FOLDER = "_inspect"           # the default log dir, inside the run dir
