@@ -29,7 +29,7 @@ class ModelConfig:
     api_key_env: str = ""
     # Number of model replicas (each one vLLM server); episodes stick to one replica. "auto": as
     # many as the GPUs (CPUs for a CPU model) available to its wave hold, shared among the wave's
-    # auto models in proportion to their projected tokens (ray_jobs/sizing.py).
+    # auto models in proportion to their projected tokens (ray_jobs/cluster/sizing.py).
     replicas: Any = 1
     # The pool serves once this many replicas are healthy; the others join as they come up, and one
     # that fails to start is retried (max_start_failures times) without failing the run. Null: all.
@@ -148,14 +148,14 @@ class ClusterConfig:
     worker_resources: dict[str, float] = field(default_factory=dict)
     # model.replicas=auto, once the run dir (or its estimate pilot) has measured every pool's
     # replica-seconds per episode: a pool gets no more replicas than keep its load time under
-    # 1 - sizing_efficiency of the GPU time it holds (ray_jobs/allocation.py). Lower: faster, more held.
+    # 1 - sizing_efficiency of the GPU time it holds (ray_jobs/cluster/allocation.py). Lower: faster, more held.
     sizing_efficiency: float = 0.92
     # Replicas of each benchmark service (livenews' web service...): an integer, or "auto" for one
     # per alive Ray node; workers send each call to the replica they have the fewest calls on.
     service_replicas: Any = 1
     # Episodes in flight per model: "fixed" (num_workers x episodes_per_worker, every model alike)
     # or "auto" (replicas x engine batch / model_time_share, per model; workers to match):
-    # ray_jobs/sizing.py. model_time_share: the part of an episode's time spent in model calls.
+    # ray_jobs/cluster/sizing.py. model_time_share: the part of an episode's time spent in model calls.
     concurrency: str = "fixed"
     model_time_share: float = 0.7
     max_episode_attempts: int = 3
