@@ -7,7 +7,7 @@ episode has one outcome:
 * ``scored``: it finished with a result of its own (status ``ok``);
 * ``error``: it failed (retries exhausted, a bug, a lost worker);
 * ``budget_stopped``: ``run.budget`` stopped it, or it never started because the budget was spent;
-* ``stopped_early``: an adaptive rule (``sweep=race``, ``stop=anytime_valid``: engine/scoring/racing.py)
+* ``stopped_early``: an adaptive rule (``sweep=race``, ``stop=anytime_valid``: engine/scoring/racing/)
   stopped its configuration before it started; it counts in no mean under either policy, and the
   configuration is reported by its confidence sequence (``adaptive.json``), never by a bare mean;
 * ``not_run``: it has no row at all (a run cut short, stopped at ``run.max_failures``, or not
@@ -40,197 +40,58 @@ checklist's floor of 20 %, ...), and which metrics need a judge (``judge_metrics
   when every planned episode of it (every seed) is scored. The tasks left out are counted.
 
 ``docs/design/what-a-number-means.md`` states these rules with a worked example per benchmark.
+This module counts a configuration's outcomes and computes its means; the outcomes, the plan, the
+counts and their marks and wording are ``outcome_marks.py``, the comparisons on common tasks
+``common_tasks.py``. ``engine.scoring.outcomes`` re-exports both: readers import every name from here.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
 from engine.identity import dataset_key as dataset_key  # decided there; re-exported for readers of outcomes
 from engine.protocol import MetricRow, Row
+from engine.scoring.common_tasks import (
+    ALL,
+    COMMON,
+    common_note,
+    finished_tasks,
+    metric_common,
+    metric_note,
+    planned_tasks,
+    restrict,
+)
+from engine.scoring.outcome_marks import (
+    BUDGET_STOPPED,
+    ERROR,
+    INCOMPLETE,
+    NOT_RUN,
+    OUTCOMES,
+    PARTIALLY_JUDGED,
+    SCORED,
+    STOPPED_EARLY,
+    STOPPED_EARLY_MARK,
+    STOPPED_EARLY_NOTE,
+    UNGRADED,
+    Counts,
+    Planned,
+    count_notes,
+    error_kind,
+    interval_cell,
+    judged_note,
+    mark,
+    n_cell,
+    outcome,
+    outside_note,
+    plan_of,
+)
 
-SCORED, ERROR, BUDGET_STOPPED, NOT_RUN = "scored", "error", "budget_stopped", "not_run"
-STOPPED_EARLY = "stopped_early"
-OUTCOMES = (SCORED, ERROR, BUDGET_STOPPED, STOPPED_EARLY, NOT_RUN)
 POLICIES = ("as_wrong", "exclude")
-ALL, COMMON = "all", "common"
-
-
-def outcome(row: Row | None) -> str:
-    """The outcome of a planned episode from its stored row (None: no row)."""
-    if row is None:
-        return NOT_RUN
-    status = row.get("status")
-    if status == "ok":
-        return SCORED
-    if status == "budget_exhausted":
-        return BUDGET_STOPPED
-    if status == "stopped_early":
-        return STOPPED_EARLY
-    return ERROR
-
-
-@dataclass(frozen=True)
-class Planned:
-    episode_id: str
-    task_id: str
-    seed: int = 0
-    # what it counts as without a scored result, when its task differs from the benchmark's
-    # ``failure_values`` (``task_failure_values``: e.g. no checklist score for a task without one)
-    failure: str = ""                # JSON; "" = the benchmark's failure_values
-
-    def failure_values(self, bench: Any) -> dict[str, float]:
-        return json.loads(self.failure) if self.failure else dict(getattr(bench, "failure_values", {}))
-
-
-@dataclass(frozen=True)
-class Counts:
-    """What a configuration's numbers are over."""
-    n_planned: int
-    n_scored: int
-    n_error: int
-    n_budget_stopped: int
-    n_not_run: int
-    n_outside_plan: int = 0          # stored episodes the plan leaves out (in no mean)
-    n_judged: int | None = None      # scored planned episodes the view's judge saw (None: no judge)
-    n_stopped_early: int = 0         # never started: an adaptive rule stopped the configuration (in no mean)
-
-    @property
-    def incomplete(self) -> bool:
-        return self.n_scored < self.n_planned
-
-    @property
-    def n_unseen(self) -> int:
-        """Scored planned episodes the view's judge never saw."""
-        return self.n_scored - self.n_judged if self.n_judged is not None else 0
-
-    @property
-    def partially_judged(self) -> bool:
-        return self.n_unseen > 0
-
-    def columns(self) -> dict[str, Any]:
-        return {"n_planned": self.n_planned, "n_scored": self.n_scored, "n_error": self.n_error,
-                "n_budget_stopped": self.n_budget_stopped, "n_not_run": self.n_not_run,
-                "incomplete": self.incomplete, "n_outside_plan": self.n_outside_plan, "n_judged": self.n_judged,
-                "n_stopped_early": self.n_stopped_early}
-
-    def describe(self) -> str:
-        """``"4 of 6 scored (1 error, 1 budget-stopped)"`` / ``"6 of 6 scored"``."""
-        parts = [f"{n} {what}" for n, what in ((self.n_error, "error" if self.n_error == 1 else "errors"),
-                                              (self.n_budget_stopped, "budget-stopped"),
-                                              (self.n_stopped_early, "stopped early"),
-                                              (self.n_not_run, "not run")) if n]
-        return f"{self.n_scored} of {self.n_planned} scored" + (f" ({', '.join(parts)})" if parts else "")
-
-    @staticmethod
-    def of_row(r: Mapping[str, Any]) -> Counts:
-        """From a metrics table row (rows written before these columns: n for every count)."""
-        n = int(r.get("n") or 0)
-
-        def get(k: str, d: int) -> int:
-            return int(r[k]) if r.get(k) is not None else d
-        judged = r.get("n_judged")
-        return Counts(get("n_planned", n), get("n_scored", n), get("n_error", 0), get("n_budget_stopped", 0),
-                      get("n_not_run", 0), get("n_outside_plan", 0), int(judged) if judged is not None else None,
-                      get("n_stopped_early", 0))
-
-
-INCOMPLETE = "incomplete"
-# what a configuration of a benchmark with judge-based metrics says when no judge ran
-UNGRADED = ("ungraded: name a judge (judge=openai_compatible judge.base_url=... judge.model=..., or "
-            "judge=hosted_model judge.hosted_model.path=...; judge=self lets the model under test grade itself, "
-            "marked SELF-JUDGED)")
-
-
-def error_kind(row: Mapping[str, Any]) -> str:
-    """What kind of failure an unscored episode is, for grouping: ``budget_exhausted``, or the
-    error's exception types (``GenerationError: InternalServerError``)."""
-    if row.get("status") in ("budget_exhausted", "stopped_early"):
-        return str(row["status"])
-    first = str(row.get("error") or "").splitlines()[0] if row.get("error") else ""
-    if "ReplicaUnavailable: " in first:           # the pool's cause: "ReplicaUnavailable: replica restarting: wedged"
-        return "ReplicaUnavailable: " + first.split("ReplicaUnavailable: ", 1)[1].split(" | ", 1)[0][:120]
-    parts = [p.strip() for p in first.split(":")[:2]]
-    kinds = [p for p in parts if p and p.replace("_", "").isalnum() and p[0].isupper()]
-    return ": ".join(kinds) or (first[:60] or "error")
-
-
-def mark(counts: Counts) -> str:
-    """The mark an incomplete configuration carries wherever it appears ("" when complete)."""
-    return f"{INCOMPLETE}: {counts.describe()}" if counts.incomplete else ""
-
-
-def n_cell(row: Mapping[str, Any]) -> str:
-    """A table's "n" cell for a configuration (from any of its metric rows): the scored and
-    planned episodes, marked when incomplete: ``"6/6"``, ``"4/6 INCOMPLETE (1 error, 1 budget-stopped)"``,
-    and when its judge saw only some: ``"6/6 PARTIALLY JUDGED (4 judged)"``."""
-    c = Counts.of_row(row)
-    judged = f" {PARTIALLY_JUDGED} ({c.n_judged} judged)" if c.partially_judged else ""
-    if c.n_stopped_early:
-        return f"{c.n_scored}/{c.n_planned} {STOPPED_EARLY_MARK} (see its anytime-valid interval){judged}"
-    if not c.incomplete:
-        return f"{c.n_scored}/{c.n_planned}{judged}"
-    why = c.describe().partition(" scored")[2].strip()
-    return f"{c.n_scored}/{c.n_planned} INCOMPLETE{(' ' + why) if why else ''}{judged}"
-
-
-PARTIALLY_JUDGED = "PARTIALLY JUDGED"
-STOPPED_EARLY_MARK = "STOPPED EARLY"
-STOPPED_EARLY_NOTE = ("an adaptive rule stopped this configuration; the means of the tasks it ran are biased after "
-                      "adaptive stopping (Shin et al. 2019) and are not its score: read its anytime-valid interval of "
-                      "the full-set mean (adaptive.json, the run summary, the report)")
-
-
-def outside_note(n: int) -> str:
-    """The sentence every output of a configuration carries when stored episodes lie outside its
-    plan ("" for none): they are in no number, and a smaller re-run must not pass for the whole."""
-    if not n:
-        return ""
-    return (f"{n} stored episode{'s are' if n != 1 else ' is'} outside this plan (an earlier run planned more; "
-            "run with that benchmark.limit / task_ids / num_seeds to count them).")
-
-
-def judged_note(judge: str, c: Counts, policy: str = "as_wrong") -> str:
-    """The line a view whose judge never saw some scored episodes carries ("" when it saw every
-    one): how much of the plan it judged, and what its judge-based means are over (the planned
-    episodes less the unseen ones under as_wrong; the judged ones under exclude)."""
-    if not c.partially_judged or c.n_judged is None:
-        return ""
-    n = (c.n_planned if policy == "as_wrong" else c.n_scored) - c.n_unseen
-    return (f"{PARTIALLY_JUDGED}: judge {judge} judged {c.n_judged} of {c.n_planned} planned episodes "
-            f"({c.n_unseen} scored one{'s' if c.n_unseen != 1 else ''} it never saw: run again with this judge to "
-            f"judge them); its judge-based metrics leave {'them' if c.n_unseen != 1 else 'it'} out (n={n}).")
-
-
-def count_notes(row: Mapping[str, Any]) -> list[str]:
-    """What a configuration's counts add under any output, from one of its metric rows: its
-    judge's coverage (:func:`judged_note`) and the stored episodes outside its plan (:func:`outside_note`)."""
-    c = Counts.of_row(row)
-    notes = [judged_note(str(row.get("judge") or ""), c, str(row.get("score_failures") or "as_wrong")),
-             outside_note(c.n_outside_plan)]
-    return [n for n in notes if n]
-
-
-def interval_cell(row: Mapping[str, Any]) -> str:
-    """A metrics row's interval as printed beside its value: ``"[0.000, 0.265] exact"``,
-    ``"too few tasks for an interval"``, or "" for a value that is not a mean (and older tables)."""
-    lo, hi, how = row.get("lo"), row.get("hi"), row.get("interval") or ""
-    if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
-        return f"[{lo:.3f}, {hi:.3f}] {how}".strip()
-    return "too few tasks for an interval" if how == "too_few_tasks" else ""
-
-
-def plan_of(rows: Sequence[Row], planned: Sequence[Planned] | None) -> list[Planned]:
-    """The plan, or (no plan recorded) the stored episodes as the plan."""
-    if planned is not None:
-        return list(planned)
-    return [Planned(r["episode_id"], r["task_id"], int(r.get("seed") or 0)) for r in rows]
 
 
 def count(rows: Sequence[Row], planned: Sequence[Planned] | None) -> Counts:
@@ -348,24 +209,6 @@ def metric_rows(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | No
     return ordered + extras, count(rows, planned)
 
 
-# -- comparisons on common tasks -----------------------------------------------------------------
-def finished_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> set[str]:
-    """Tasks every planned episode of which (every seed) is scored."""
-    by = {r["episode_id"]: r for r in rows}
-    ok: dict[str, bool] = {}
-    for p in plan_of(rows, planned):
-        ok[p.task_id] = ok.get(p.task_id, True) and outcome(by.get(p.episode_id)) == SCORED
-    return {t for t, v in ok.items() if v}
-
-
-def restrict(rows: Sequence[Row], planned: Sequence[Planned] | None, tasks: set[str]) -> list[Planned]:
-    """The plan cut to ``tasks``."""
-    return [p for p in plan_of(rows, planned) if p.task_id in tasks]
-
-
-def planned_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> set[str]:
-    return {p.task_id for p in plan_of(rows, planned)}
-
 
 def lacking(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, policy: str,
             judged: bool) -> dict[str, set[str]]:
@@ -383,39 +226,14 @@ def lacking(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, 
     return out
 
 
-def metric_common(members: Sequence[Mapping[str, set[str]]], common: set[str]) -> dict[str, set[str]]:
-    """The metrics whose comparable tasks are fewer than ``common`` (the tasks every member
-    finished): per such metric, the tasks of ``common`` every member has a value of it for
-    (``members``: :func:`lacking` of each). A member with no value of a metric at all leaves it
-    none."""
-    out: dict[str, set[str]] = {}
-    for k in set().union(*members) if members else set():
-        s = set(common)
-        for lk in members:
-            s = s - lk[k] if k in lk else set()
-        if s != common:
-            out[k] = s
-    return out
 
-
-def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
-    """The sentence under a metric compared on fewer tasks than the rest (:func:`metric_common`)."""
-    if not tasks:
-        return (f"{metric}: no task has a value of it from every compared configuration: each configuration's "
-                f"{metric} is over its own plan.")
-    return (f"{metric}: on the {len(tasks)} task(s) every compared configuration has a value for "
-            f"({len(common - tasks)} more dropped).")
-
-
-def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:
-    """The sentence under a table computed on common tasks (``n_common`` 0: under a comparison
-    that falls back to each configuration's own plan; ``n_none`` of them finished no task)."""
-    if n_common == 0:
-        return (f"No task was finished by every one of the {n_configs} compared configurations ({n_none} finished "
-                "none): each configuration is shown over its own plan.")
-    if dropped == 0:
-        return (f"All {n_configs} configurations are compared on the same {n_common} task(s); none was "
-                "dropped.")
-    return (f"Computed on the {n_common} task(s) every one of the {n_configs} compared configurations finished; "
-            f"{dropped} task(s) dropped (not finished by every configuration). Show each configuration over "
-            "its own plan with --all-tasks.")
+# what other modules import from here: the names defined above, and those of outcome_marks and
+# common_tasks (moved there; engine.scoring.outcomes keeps every name it had)
+__all__ = [
+    "ALL", "BUDGET_STOPPED", "COMMON", "Counts", "ERROR", "EpisodeValue", "INCOMPLETE", "NOT_RUN", "OUTCOMES",
+    "PARTIALLY_JUDGED", "POLICIES", "Planned", "SCORED", "STOPPED_EARLY", "STOPPED_EARLY_MARK", "STOPPED_EARLY_NOTE",
+    "UNGRADED", "common_note", "count", "count_notes", "dataset_key", "episode_values", "error_kind",
+    "finished_tasks", "interval_cell", "judged_note", "lacking", "mark", "mark_unseen", "means", "metric_common",
+    "metric_note", "metric_rows", "n_cell", "outcome", "outside_note", "plan_of", "planned_tasks", "restrict",
+    "task_set",
+]

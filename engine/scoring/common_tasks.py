@@ -1,0 +1,69 @@
+"""Comparisons on common tasks (``scope = common``): the tasks every compared configuration
+finished, per metric the tasks every one has a value for, and the sentences under a table that
+say what was dropped. What each configuration lacks per metric (``lacking``) reads its values, so
+it stays in ``outcomes.py``, which re-exports these names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from engine.protocol import Row
+from engine.scoring.outcome_marks import SCORED, Planned, outcome, plan_of
+
+ALL, COMMON = "all", "common"
+
+
+def finished_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> set[str]:
+    """Tasks every planned episode of which (every seed) is scored."""
+    by = {r["episode_id"]: r for r in rows}
+    ok: dict[str, bool] = {}
+    for p in plan_of(rows, planned):
+        ok[p.task_id] = ok.get(p.task_id, True) and outcome(by.get(p.episode_id)) == SCORED
+    return {t for t, v in ok.items() if v}
+
+
+def restrict(rows: Sequence[Row], planned: Sequence[Planned] | None, tasks: set[str]) -> list[Planned]:
+    """The plan cut to ``tasks``."""
+    return [p for p in plan_of(rows, planned) if p.task_id in tasks]
+
+
+def planned_tasks(rows: Sequence[Row], planned: Sequence[Planned] | None) -> set[str]:
+    return {p.task_id for p in plan_of(rows, planned)}
+
+
+def metric_common(members: Sequence[Mapping[str, set[str]]], common: set[str]) -> dict[str, set[str]]:
+    """The metrics whose comparable tasks are fewer than ``common`` (the tasks every member
+    finished): per such metric, the tasks of ``common`` every member has a value of it for
+    (``members``: ``outcomes.lacking`` of each). A member with no value of a metric at all leaves it
+    none."""
+    out: dict[str, set[str]] = {}
+    for k in set().union(*members) if members else set():
+        s = set(common)
+        for lk in members:
+            s = s - lk[k] if k in lk else set()
+        if s != common:
+            out[k] = s
+    return out
+
+
+def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
+    """The sentence under a metric compared on fewer tasks than the rest (:func:`metric_common`)."""
+    if not tasks:
+        return (f"{metric}: no task has a value of it from every compared configuration: each configuration's "
+                f"{metric} is over its own plan.")
+    return (f"{metric}: on the {len(tasks)} task(s) every compared configuration has a value for "
+            f"({len(common - tasks)} more dropped).")
+
+
+def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:
+    """The sentence under a table computed on common tasks (``n_common`` 0: under a comparison
+    that falls back to each configuration's own plan; ``n_none`` of them finished no task)."""
+    if n_common == 0:
+        return (f"No task was finished by every one of the {n_configs} compared configurations ({n_none} finished "
+                "none): each configuration is shown over its own plan.")
+    if dropped == 0:
+        return (f"All {n_configs} configurations are compared on the same {n_common} task(s); none was "
+                "dropped.")
+    return (f"Computed on the {n_common} task(s) every one of the {n_configs} compared configurations finished; "
+            f"{dropped} task(s) dropped (not finished by every configuration). Show each configuration over "
+            "its own plan with --all-tasks.")
