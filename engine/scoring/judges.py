@@ -30,6 +30,9 @@ from typing import Any
 from engine.config import stable_hash
 
 # decided in engine/identity.py; re-exported here, where benchmarks and plugins import them from
+from engine.identity import evaluation_settings as evaluation_settings  # noqa: F401 - re-exported
+from engine.identity import prompt_version as prompt_version  # noqa: F401 - re-exported
+from engine.identity import source_version as source_version  # noqa: F401 - re-exported
 
 SELF_JUDGED = "self-judged"
 
