@@ -109,7 +109,6 @@ NO_RAY = frozenset({"outputs"})                  # packages that never import ra
 MAX_MODULE_LINES = 400
 ALLOWED_LONG_MODULES: frozenset[str] = frozenset({
     "engine.benchmarks.analyst.cgroup", "engine.benchmarks.analyst.sandbox",
-    "engine.hosting.replica",
     "ray_jobs.budget.ledger", "ray_jobs.outputs.inspect.plain", "ray_jobs.outputs.report.compute_runs",
     "ray_jobs.run.dispatch_loop",
 })

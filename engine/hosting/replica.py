@@ -24,14 +24,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 from engine.config import ModelConfig, replica_count
 from engine.errors import PlacementError
-from engine.hosting.liveness import (
-    DOWN,
-    OK,
-    SATURATED,
-    WEDGED,
-    verdict_line,
-    verdict_record,
-)
+from engine.hosting.liveness import DOWN, OK, verdict_line, verdict_record
+from engine.hosting.pool_health import GIVE_UP, RESTART, SERVE, ReplicaHealth
 from engine.hosting.replica_actor import (
     PLACEMENT_STRATEGY,
     ModelReplica,
@@ -43,9 +37,6 @@ from engine.hosting.replica_actor import (
 from engine.llm import Endpoint
 
 log = logging.getLogger(__name__)
-
-
-# All of a replica on one node (tensor-parallel shards talk over the node's GPU interconnect).
 
 
 class ModelPool:
@@ -60,14 +51,9 @@ class ModelPool:
         self.endpoints: list[Endpoint] = []
         self.startup: list[dict[str, Any]] = []
         self._restarting: dict[int, Any] = {}       # replica index -> ObjectRef of its restart()
-        self._misses: dict[int, int] = {}           # consecutive failed health checks
-        self._start_failures: dict[int, int] = {}   # consecutive failed starts
-        self._given_up: set[int] = set()
+        self.health = ReplicaHealth(cfg, batched_tokens(cfg.engine_args))   # the restart policy's counters
         self.last_health: dict[int, dict[str, Any]] = {}
         self.restarts = 0
-        self._stall_restarts: dict[int, int] = {}   # restarts for a stall in a row (no token since)
-        self.restart_causes: dict[str, int] = {}    # "wedged" / "down" / "dead" -> restarts for it
-        self.failing = ""                           # the diagnosis once no replica can serve
         # what happened to the replicas (starts, verdicts with the metrics behind them, restarts,
         # declared failures): the driver stores them in the run dir (drain_events)
         self.events: list[dict[str, Any]] = []
@@ -106,7 +92,7 @@ class ModelPool:
                     info = ray.get(ready[0])
                 except Exception as e:  # noqa: BLE001 - its start failed; the others may serve
                     errors.append((i, e))
-                    self._start_failures[i] = 1
+                    self.health.start_failed(i)
                     self._event(i, "start_failed", error=f"{type(e).__name__}: {e}"[:500])
                     log.error("replica %d of %s failed to start: %s", i, cfg.name, e)
                     if n - len(errors) < need:
@@ -174,7 +160,7 @@ class ModelPool:
         return len(self.placement_groups)
 
     def grow(self, n: int) -> int:
-        """Add ``n`` replicas mid-run (GPUs another pool gave back, ``ray_jobs/allocation.py``):
+        """Add ``n`` replicas mid-run (GPUs another pool gave back, ``ray_jobs/cluster/allocation.py``):
         their placement groups are reserved now (those placed within ``model.placement_timeout_s``;
         the others are removed) and their servers start in the background: they join rotation at
         a later :meth:`check`, as a replica still starting does. Returns how many were added."""
@@ -252,19 +238,10 @@ class ModelPool:
 
     def check(self, timeout_s: float | None = None,
               push: Callable[[list[Endpoint]], None] | None = None) -> bool:
-        """Check every replica (:meth:`ModelReplica.health`, all at once) and act on the verdict
-        (:mod:`engine.hosting.liveness`):
-
-        * ok, or saturated (``/health`` late but tokens advancing): in rotation; never restarted;
-        * wedged (work in the engine and no sign of progress for the replica's stall window) or
-          down (no answer, no progress): out of rotation at once, so no new episode goes there
-          and pinned ones move; restarted after ``model.unhealthy_checks`` such checks in a row,
-          at once when its process is dead or its actor gone (Ray re-creates a lost actor
-          elsewhere, with a new address). After a restart for a stall the replica's window
-          doubles; after ``model.max_stall_restarts`` of them in a row (no token in between) the
-          replica is given up with a diagnosis (:attr:`failing` once no replica is left);
-        * a replica still starting, or restarting, joins rotation when it is healthy; one that
-          failed to start ``model.max_start_failures`` times is left out.
+        """Check every replica (:meth:`ModelReplica.health`, all at once) and act on its verdict
+        (:mod:`engine.hosting.liveness`) as :class:`~engine.hosting.pool_health.ReplicaHealth`
+        decides: in rotation, out of it, restarted or given up (:attr:`failing` once no replica is
+        left). A replica still starting, or restarting, joins rotation when it is healthy.
 
         Restarts run in the background (``pending_restarts``). With ``push`` (the driver's: it
         hands the endpoints to the workers and waits), changed endpoints are pushed *before* any
@@ -284,11 +261,10 @@ class ModelPool:
             if i in self._restarting:
                 changed |= self._started(i)
                 continue
-            if i in self._given_up:
+            if i in self.health.given_up:
                 continue
-            if self._start_failures.get(i, 0) >= self.cfg.max_start_failures:
-                self._give_up(i, f"replica {i} failed to start {self._start_failures[i]} times "
-                                 f"(model.max_start_failures={self.cfg.max_start_failures})")
+            if exhausted := self.health.starts_exhausted(i):
+                self._give_up(i, exhausted)
                 changed |= self._set_endpoint(i, "", False, "failed to start")
                 continue
             asked[i] = r.health.remote(t)
@@ -316,12 +292,12 @@ class ModelPool:
         try:
             info = ray.get(self._restarting.pop(i))
         except Exception as e:  # noqa: BLE001 - tried again at the next check
-            self._start_failures[i] = self._start_failures.get(i, 0) + 1
+            n = self.health.start_failed(i)
             log.warning("replica %d of %s failed to (re)start (%d of %d): %s", i, self.cfg.name,
-                        self._start_failures[i], self.cfg.max_start_failures, e)
-            self._event(i, "start_failed", error=f"{type(e).__name__}: {e}"[:500], attempt=self._start_failures[i])
+                        n, self.cfg.max_start_failures, e)
+            self._event(i, "start_failed", error=f"{type(e).__name__}: {e}"[:500], attempt=n)
             return False
-        self._start_failures[i] = 0
+        self.health.started(i)
         if self.startup and not self.startup[i]:
             self.startup[i] = info
             self._event(i, "started", healthy_after_s=round(float(info.get("healthy_after_s", 0.0)), 1))
@@ -331,73 +307,38 @@ class ModelPool:
         return self._set_endpoint(i, info["base_url"], True)
 
     def _act_on(self, i: int, h: dict[str, Any], restart: list[tuple[int, float | None]]) -> bool:
-        """Act on replica ``i``'s verdict ``h``: keep it in rotation, take it out, decide a restart
-        (appended to ``restart``: sent after the endpoints are pushed) or give it up. True when its
-        endpoint changed."""
+        """Carry out :meth:`ReplicaHealth.act_on` for replica ``i``'s verdict ``h`` (a restart is appended
+        to ``restart``: sent after the endpoints are pushed). True when its endpoint changed."""
         prev = self.last_health.get(i, {}).get("verdict")
         self.last_health[i] = h
         if h["verdict"] != prev and (h["verdict"] != OK or prev not in (None, OK)):
             self._event(i, "verdict", **verdict_record(h))
-        if h.get("advanced"):
-            self._stall_restarts[i] = 0          # it served a token: the stall restarts are not in a row
-        if h["verdict"] in (OK, SATURATED):
-            self._misses[i] = 0
+        action = self.health.act_on(i, h)
+        if action.kind == SERVE:
             return self._set_endpoint(i, h["base_url"], True)
-        self._misses[i] = self._misses.get(i, 0) + 1
-        wedged = h["verdict"] == WEDGED
         if self.endpoints[i].in_rotation:
             log.warning("replica %d of %s is %s: out of rotation", i, self.cfg.name, verdict_line(h))
-        if h["alive"] and self._misses[i] < self.cfg.unhealthy_checks:
-            return self._set_endpoint(i, "", False, verdict_line(h))
-        self._misses[i] = 0
-        cause = "wedged" if wedged else ("dead" if not h["alive"] else "down")
-        factor: float | None = None
-        if wedged:
-            n = self._stall_restarts.get(i, 0)
-            if n >= self.cfg.max_stall_restarts:
-                self._give_up(i, self._diagnosis(i, h, n))
-                return self._set_endpoint(i, "", False, f"given up: wedged after {n} restarts")
-            self._stall_restarts[i] = n + 1
-            factor = 2.0 ** (n + 1)
-        self.restart_causes[cause] = self.restart_causes.get(cause, 0) + 1
-        why = f"restarting: {cause}" + (f" (stall restart {self._stall_restarts[i]} of "
-                                          f"{self.cfg.max_stall_restarts})" if wedged else "")
-        changed = self._set_endpoint(i, "", False, why)
-        self._event(i, "restart", cause=cause, window_factor=factor, **verdict_record(h))
-        restart.append((i, factor))
+        if action.kind == GIVE_UP:
+            self._give_up(i, action.reason)
+        changed = self._set_endpoint(i, "", False, action.state)
+        if action.kind == RESTART:
+            self._event(i, "restart", cause=action.cause, window_factor=action.factor, **verdict_record(h))
+            restart.append((i, action.factor))
         return changed
 
     def _give_up(self, i: int, why: str) -> None:
-        """Replica ``i`` is out for the rest of the run; with none left the model is failing."""
-        if i in self._given_up:
+        """Replica ``i`` is out for the rest of the run and its engine stops; none left: :attr:`failing`."""
+        was_failing = self.failing
+        if not self.health.give_up(i, why, len(self.replicas)):
             return
-        self._given_up.add(i)
         log.error("model %s: %s; replica %d left out of rotation for this run", self.cfg.name, why, i)
         self._event(i, "given_up", reason=why)
         try:
             self.replicas[i].stop.remote()       # its engine holds a node's cores or GPUs for nothing
         except Exception as e:  # noqa: BLE001 - the actor may be gone already
             log.warning("stopping given-up replica %d of %s: %s", i, self.cfg.name, e)
-        if len(self._given_up) >= len(self.replicas) and not self.failing:
-            self.failing = f"model {self.cfg.name} is failing: no replica can serve. {why}"
+        if self.failing and not was_failing:
             self._event(i, "model_failing", reason=self.failing)
-
-    def _diagnosis(self, i: int, h: dict[str, Any], restarts: int) -> str:
-        """One line: what was seen, the rates measured, and what to change."""
-        m = self.cfg
-        rate = float(h.get("prompt_tokens_per_s") or 0.0)
-        measured = (f"measured before: prompt {rate:.1f} tok/s, longest engine step "
-                    f"{float(h.get('longest_step_s') or 0.0):.0f} s" if rate or h.get("longest_step_s")
-                    else "no token was ever counted by this replica")
-        dtype = m.engine_args.get("dtype", "") if m.num_gpus == 0 else ""
-        hints = ["raise model.stall_timeout_s", f"model.max_stall_restarts (now {m.max_stall_restarts})"]
-        if m.num_gpus == 0:
-            hints.insert(0, "run `dateline doctor` for this machine's engine settings and speed"
-                            + (f"; model.engine_args.dtype={dtype} is set explicitly" if dtype else ""))
-        if rate and rate * float(h.get("window_s") or 0.0) < batched_tokens(m.engine_args):
-            hints.append("lower model.engine_args.max_num_batched_tokens / max_model_len")
-        return (f"replica {i} wedged after {restarts} restart(s) in a row: {verdict_line(h)}; {measured}. "
-                f"Change: {'; '.join(hints)}")
 
     def _event(self, replica: int, event: str, **fields: Any) -> None:
         self.events.append({"t": time.time(), "model": self.cfg.name, "replica": replica, "event": event,
@@ -418,6 +359,14 @@ class ModelPool:
     @property
     def pending_restarts(self) -> int:
         return len(self._restarting)
+
+    @property
+    def failing(self) -> str:                   # why the model is failing once no replica can serve
+        return self.health.failing
+
+    @property
+    def restart_causes(self) -> dict[str, int]:  # "wedged" / "down" / "dead" -> restarts for it
+        return self.health.restart_causes
 
     def _set_endpoint(self, i: int, base_url: str, in_rotation: bool, state: str = "") -> bool:
         """Replica ``i``'s address (kept when ``base_url`` is empty), whether it is in rotation and
