@@ -460,7 +460,7 @@ def _fake_bwrap(tmp_path: Path) -> Path:
 
 
 def test_7_the_probe_refuses_a_bwrap_that_ignores_its_isolation_options(tmp_path, monkeypatch):
-    from engine.sandbox import folder as sandbox
+    from engine.sandbox import isolation as sandbox
 
     monkeypatch.setenv("DATELINE_BWRAP", str(_fake_bwrap(tmp_path)))
     sandbox._probe.cache_clear()
@@ -487,7 +487,7 @@ def test_7_a_fake_bwrap_is_refused_and_the_run_fails_closed(tmp_path):
 
 
 def test_the_real_bwrap_passes_the_isolation_probe():
-    from engine.sandbox import folder as sandbox
+    from engine.sandbox import isolation as sandbox
 
     sandbox._probe.cache_clear()
     ok, why = sandbox.bwrap_status()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.sandbox.cgroup import CgroupUnavailable, SnippetCgroup, TreeUsage
-from engine.sandbox.cgroup import snippet as C
+from engine.sandbox import cgroup as C
+from engine.sandbox.cgroup import CgroupUnavailable, SnippetCgroup, TreeUsage, fs, hierarchy
 
 MB = 1 << 20
 
@@ -209,9 +209,9 @@ def fake(tmp_path, monkeypatch, omit) -> Path:
             p.unlink()
         os.rmdir(path)
 
-    monkeypatch.setattr(C, "_mkdir", mkdir)
-    monkeypatch.setattr(C, "_rmdir", rmdir)
-    monkeypatch.setattr(C, "_cleaned", set())
+    monkeypatch.setattr(fs, "mkdir", mkdir)
+    monkeypatch.setattr(fs, "rmdir", rmdir)
+    monkeypatch.setattr(hierarchy, "_cleaned", set())
     base = tmp_path / "base"
     base.mkdir()
     (base / "cgroup.controllers").write_text("cpu memory pids")
@@ -282,9 +282,9 @@ def test_v2_without_controllers_leaves_nothing(fake, omit):
 
 def test_v2_base_is_the_nearest_cgroup_enabling_memory_and_pids(fake, monkeypatch):
     """The worker in <container>/init (the delegation recipe): the snippets go under <container>."""
-    monkeypatch.setattr(C.sys, "platform", "linux")
-    monkeypatch.setattr(C, "_mounts", lambda: [C._Mount("cgroup2", "/", fake, frozenset({"rw"}))])
-    monkeypatch.setattr(C, "_own_paths", lambda: {"": "/init"})
+    monkeypatch.setattr(hierarchy.sys, "platform", "linux")
+    monkeypatch.setattr(hierarchy, "mounts", lambda: [hierarchy.Mount("cgroup2", "/", fake, frozenset({"rw"}))])
+    monkeypatch.setattr(hierarchy, "own_paths", lambda: {"": "/init"})
     (fake / "init").mkdir()
     (fake / "init" / "cgroup.subtree_control").write_text("")
     with SnippetCgroup.create("w", 300 * MB, 5) as cg:
@@ -296,14 +296,14 @@ def test_v2_base_is_the_nearest_cgroup_enabling_memory_and_pids(fake, monkeypatc
 
 def test_stale_cgroups_of_dead_workers_are_removed(fake):
     parent = fake / "dateline-sandbox"
-    C._mkdir(parent)
+    fs.mkdir(parent)
     dead = subprocess.Popen([sys.executable, "-S", "-c", ""])
     dead.wait()
     old = time.time() - 3600
     names = {"stale": f"dateline-sandbox-x-{dead.pid}-1", "busy": f"dateline-sandbox-x-{dead.pid}-2",
              "young": f"dateline-sandbox-x-{dead.pid}-3", "mine": f"dateline-sandbox-x-{os.getpid()}-99"}
     for key, name in names.items():
-        C._mkdir(parent / name)
+        fs.mkdir(parent / name)
         if key != "young":
             os.utime(parent / name, (old, old))
     (parent / names["busy"] / "cgroup.procs").write_text("12345\n")

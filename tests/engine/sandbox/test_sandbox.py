@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.sandbox import Limits, PathRefused, Sandbox, SandboxUnavailable
-from engine.sandbox import folder as S
+from engine.sandbox import isolation as S
 from tests.conftest import REPO
 from tests.engine.sandbox.test_sandbox_reads import ISOLATIONS
 
@@ -252,7 +252,7 @@ def test_read_lines_streams_a_page(box):
 
 
 def test_the_probe_names_what_is_not_isolated():
-    ns = {n: i for i, n in enumerate(S._NAMESPACES)}
+    ns = {n: i for i, n in enumerate(S.NAMESPACES)}
     good = {"ns": {n: i + 100 for n, i in ns.items()}, "Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0" * 16,
             "CapPrm": "0" * 16, "uid_map": ["1000", "0", "1"], "uid": 1000, "marker": False, "pid1": "bwrap",
             "ifaces": ["lo"]}
