@@ -383,8 +383,8 @@ def test_without_inspect_ai_the_other_exports_import_and_inspect_says_what_to_in
     """inspect_ai is an optional extra: `dateline export --to mlflow` must not need it, and `--to
     inspect` without it is one line naming the extra (a CliError: exit status 2), not a traceback."""
     code = ("import sys; sys.modules['inspect_ai'] = None\n"
-            "import ray_jobs.outputs.export\nfrom ray_jobs.outputs.inspect import plain\nfrom engine.errors import CliError\n"
-            "try:\n    plain._write_log(None, '', [{'benchmark': 'b', 'config_hash': 'h', 'params': {}}], [], {})\n"
+            "import ray_jobs.outputs.export\nfrom ray_jobs.outputs import inspect as inspect_logs\nfrom engine.errors import CliError\n"
+            "try:\n    inspect_logs.load_inspect_ai()\n"
             "except CliError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "pip install 'dateline[export]'" in out.stdout, out.stderr[-2000:]
