@@ -162,10 +162,10 @@ def test_what_the_pins_set_is_outside_the_config_hash(tmp_path):
     weights) and the dtype this CPU resolves."""
     from engine.hosting.vllm_server import planned_dtype
     from ray_jobs.config.compose import compose
-    from ray_jobs.run import plan
+    from ray_jobs.run import plan, resolve
 
     cfg = compose([f"run.dir={tmp_path / 'run'}"])
-    p = plan(cfg)
+    p = plan(resolve(cfg))
     assert p.config_hash == PINS["newsagent"]["config_hash"]
     assert p.engine["weights"]["path"] == cfg.model.path and Path(cfg.model.path).is_absolute()
     assert p.engine["engine_args"]["dtype"] == planned_dtype(cfg.model) in ("bfloat16", "float32")

@@ -11,96 +11,25 @@ records what that configuration spent, so a later run of one point, or of the sa
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.benchmarks import get_benchmark
-from engine.budget import Budget, BudgetGate, Caps, Spend
-from engine.budget.cost import Prices, judge_prices, token_cost, unit_hours, uptime_cost
-from engine.config import Config, ModelConfig, to_plain
-from engine.errors import ConfigError
+from engine.budget import Caps
+from engine.budget.cost import Prices
+from engine.config import ModelConfig, to_plain
 from engine.runtime.budget_actor import LIVE_PREFIX
-from engine.runtime.dispatch import BUDGET_EXHAUSTED, EpisodeSpec, WorkerSetup, unstarted_row
 from engine.storage import EpisodeStore
+from ray_jobs.budget.records import POINT, SWEEP, recorded_closure, recorded_spend
 from ray_jobs.cluster.session import Session
+from ray_jobs.config.point import PointSpec
 
 log = logging.getLogger("dateline.budget")
 
 UPTIME_REPORT_S = 5.0       # how often the driver tells the budget the replicas' uptime (and saves its ledger)
-POINT, SWEEP = "point", "sweep"
-
-
-def recorded_spend(cfg: Config, store: EpisodeStore, config_hash: str) -> Spend:
-    """What this configuration already spent in the run dir, at the prices of the time:
-
-    * every finished run (``run-*.json``): the tokens of its episodes' calls (every attempt,
-      failed and stopped episodes included) and of its judge stage, and its replica uptime;
-    * every run with caps that did not finish (killed): the snapshot of its ledger that the
-      driver kept writing (``budget-live-<run id>.json``, at most ``UPTIME_REPORT_S`` old); of a
-      sweep ledger, this configuration's part (``points``).
-    Stored rows are not summed: compaction keeps one row per episode, so an episode's earlier
-    attempts would be forgotten."""
-    mp = Prices.of_model(to_plain(cfg.model))
-    jp = judge_prices(to_plain(cfg.judge), to_plain(cfg.model))
-    s, finished = Spend(), set()
-    for info in store.run_infos():
-        if info.get("config_hash") != config_hash:
-            continue
-        finished.add((info.get("budget") or {}).get("run_id"))
-        model = info.get("model") or {}
-        p = up = Prices.of_model(model) if model else mp          # runs before cost accounting: today's
-        j, jcfg = info.get("judge") or {}, info.get("judge_config")
-        q = judge_prices(jcfg, model) if jcfg else jp
-        ti, to = int(info.get("tokens_in") or 0), int(info.get("tokens_out") or 0)
-        ji, jo = int(j.get("tokens_in") or 0), int(j.get("tokens_out") or 0)
-        s = s + Spend(ti + ji, to + jo, token_cost(ti, to, p) + token_cost(ji, jo, q.tokens))
-        for sec, prices in ((info.get("replica_seconds_run"), up), (info.get("judge_replica_seconds_run"),
-                                                                     q.uptime)):
-            if sec:
-                s = s + Spend(usd=uptime_cost(float(sec), prices), gpu_hours=unit_hours(float(sec), prices))
-    for live in store.run_infos(LIVE_PREFIX):
-        if not live or live.get("run_id") in finished:
-            continue
-        if live.get("config_hash") == config_hash:
-            s = s + Spend.of(live.get("run"))
-        elif config_hash in (live.get("points") or {}):          # a sweep ledger: this point's part
-            s = s + Spend.of(live["points"][config_hash])
-    return s
-
-
-def recorded_closure(cfg: Config, store: EpisodeStore, config_hash: str) -> tuple[str, str] | None:
-    """``(cap, reason)`` when an earlier run of this configuration closed its budget on a cap that
-    is still set and no larger now: the budget stays closed (re-running the same command starts
-    nothing, not even a call small enough to fit), until that cap is raised. Only point ledgers
-    count here: a sweep ledger closed on what all its points spent, not on this one's."""
-    infos = [(i.get("budget") or {}) for i in store.run_infos() if i.get("config_hash") == config_hash]
-    infos += [i for i in store.run_infos(LIVE_PREFIX) if i and i.get("config_hash") == config_hash]
-    return _closure(Caps.of(cfg.run.budget), [b for b in infos if (b.get("scope") or POINT) == POINT])
-
-
-def _closure(caps: Caps, records: list[dict[str, Any]]) -> tuple[str, str] | None:
-    for b in records:
-        name, then = b.get("closed_cap") or "", (b.get("caps") or {}).get(b.get("closed_cap") or "")
-        now = getattr(caps, name, None) if name else None
-        if now is not None and then is not None and now <= then:
-            return name, f"{b.get('exhausted') or name} (closed by an earlier run; raise run.budget.{name} to resume)"
-    return None
-
-
-def exhausted_before_start(cfg: Config, store: EpisodeStore, config_hash: str) -> str:
-    """Why this configuration may not start another model call ("" when it may, or has no caps):
-    its recorded spend already reaches a cap, so a run need not start Ray or a model at all."""
-    caps = Caps.of(cfg.run.budget)
-    if not caps.any:
-        return ""
-    return Budget(caps, Prices.of_model(to_plain(cfg.model)), recorded_spend(cfg, store, config_hash),
-                  closed=recorded_closure(cfg, store, config_hash)).exhausted()
 
 
 class RunBudget:
@@ -227,35 +156,36 @@ class PoolUptime:
         return out
 
 
-def _ttl(models: list[ModelConfig]) -> float:
+def ttl(models: list[ModelConfig]) -> float:
     # a reservation nobody settles (its worker died mid-call) is charged in full after the
     # longest a call can take
     return max(m.request_timeout_s * (m.max_retries + 1) + 60.0 for m in models)
 
 
-def _warn_unpriced(caps: Caps, models: list[ModelConfig]) -> None:
+def warn_unpriced(caps: Caps, models: list[ModelConfig]) -> None:
     for m in models:
         if caps.max_usd is not None and not Prices.of_model(to_plain(m)).configured:
             log.warning("run.budget.max_usd=%g but model %s has no prices (model.price_*): its calls never bind",
                         caps.max_usd, m.name)
 
 
-def start_budget(cfg: Config, config_hash: str, store: EpisodeStore, session: Session, model_started: bool
-                 ) -> RunBudget | None:
-    """The point's budget actor (None without ``run.budget`` caps), starting from what the run dir
-    already records for this configuration. Call once the model is up: a model started by this
-    run counts its whole uptime (startup included), a reused one from now on."""
+def start_budget(spec: PointSpec, store: EpisodeStore, session: Session, model_started: bool) -> RunBudget | None:
+    """The point's budget actor (None without ``run.budget`` caps, or when its agent calls no
+    model), starting from what the run dir already records for this configuration. Call once the
+    model is up: a model started by this run counts its whole uptime (startup included), a reused
+    one from now on."""
+    cfg, config_hash = spec.cfg, spec.config_hash
     caps = Caps.of(cfg.run.budget)
-    if not caps.any or not get_benchmark(cfg.benchmark.name).uses_model(cfg.agent):
+    if not caps.any or not spec.uses_model:
         return None
     from engine.runtime.budget_actor import start_budget_actor
 
     m = cfg.model
     prices = Prices.of_model(to_plain(m))
-    _warn_unpriced(caps, [m])
+    warn_unpriced(caps, [m])
     initial = recorded_spend(cfg, store, config_hash)
     run_id = uuid.uuid4().hex[:12]
-    actor = start_budget_actor(caps, prices, initial, _ttl([m]), recorded_closure(cfg, store, config_hash),
+    actor = start_budget_actor(caps, prices, initial, ttl([m]), recorded_closure(cfg, store, config_hash),
                                run_id=run_id, snapshot_dirs=(store.uri,))
     uptime = None
     if m.kind == "vllm" and session.pool_of(m) is not None:
@@ -263,159 +193,3 @@ def start_budget(cfg: Config, config_hash: str, store: EpisodeStore, session: Se
         uptime = lambda: {"": session.replica_seconds(m) - base}  # noqa: E731
     log.info("run budget %s; already spent by this configuration: %s", caps, initial)
     return RunBudget(actor, run_id, uptime, [store], [config_hash], POINT)
-
-
-# -- a sweep's ledger --------------------------------------------------------------------------
-def _label(cfg: Config, others: list[Config]) -> str:
-    """A point of a sweep as a person tells it apart: the settings it does not share with every
-    other point (at most three), e.g. ``agent.max_searches=3``."""
-    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(d, dict):
-            out: dict[str, Any] = {}
-            for k, v in d.items():
-                out.update(flat(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: d}
-
-    mine = flat(to_plain(asdict(cfg)))
-    rest = [flat(to_plain(asdict(o))) for o in others if o is not cfg]
-    own = [f"{k}={json.dumps(v, default=str)}" for k, v in mine.items()
-           if not k.startswith("run.budget.") and any(r.get(k) != v for r in rest)]
-    return ", ".join(own[:3]) or "(same settings)"
-
-
-def check_sweep_budgets(cfgs: list[Config]) -> None:
-    """All points of a sweep under one ledger (``run.budget.scope=sweep``) must ask for the same
-    one: the same scope and the same caps. Raises ConfigError naming the points and the fields."""
-    if len(cfgs) < 2 or all(c.run.budget.scope == POINT for c in cfgs):
-        return
-    ref = cfgs[0]
-    for c in cfgs[1:]:
-        diff = [f for f in ("scope", "max_usd", "max_input_tokens", "max_output_tokens", "max_gpu_hours")
-                if getattr(c.run.budget, f) != getattr(ref.run.budget, f)]
-        if diff:
-            fields = "; ".join(f"run.budget.{f}: {getattr(ref.run.budget, f)!r} vs {getattr(c.run.budget, f)!r}"
-                               for f in diff)
-            raise ConfigError(
-                f"run.budget.{diff[0]}: the points of a sweep share one budget (run.budget.scope=sweep), but point "
-                f"[{_label(ref, cfgs)}] and point [{_label(c, cfgs)}] differ ({fields}). Give every point the same "
-                "run.budget, or run.budget.scope=point for a budget per point")
-
-
-@dataclass
-class SweepLedger:
-    """One ledger for the points of a sweep that use a model (``run.budget.scope=sweep``): one cap
-    over all of them. ``members`` are (config, store, config hash); the ledger is started once the
-    sweep's Ray is up (:meth:`start`) and stopped when its last wave is done (:meth:`stop`).
-
-    It starts from what all its points already spent (:meth:`recorded`, each at its own prices),
-    and closed when an earlier run of the same sweep (the same set of configurations) closed under
-    a cap still no larger. Its snapshots go to every member's run dir, with each point's part."""
-    caps: Caps
-    members: list[tuple[Config, EpisodeStore, str]]
-    closed: tuple[str, str] | None = None
-    initial: Spend = field(default_factory=Spend)
-    budget: RunBudget | None = None
-    final: dict[str, Any] | None = None          # its summary once stopped
-
-    @property
-    def hashes(self) -> list[str]:
-        return [h for _, _, h in self.members]
-
-    def recorded(self) -> Spend:
-        s = Spend()
-        for cfg, store, h in self.members:
-            s = s + recorded_spend(cfg, store, h)
-        return s
-
-    def point_prices(self) -> dict[str, Prices]:
-        return {h: Prices.of_model(to_plain(cfg.model)) for cfg, _, h in self.members}
-
-    def exhausted_before_start(self) -> str:
-        return Budget(self.caps, Prices.of_model(to_plain(self.members[0][0].model)), self.initial,
-                      closed=self.closed, point_prices=self.point_prices()).exhausted()
-
-    def start(self, session: Session, already_up: set[int], generating: list[Config]) -> RunBudget:
-        """The ledger's actor, charged the uptime of the models of ``generating`` (the points that
-        run episodes) from now on (from their start for a pool started after ``already_up``)."""
-        from engine.runtime.budget_actor import start_budget_actor
-
-        models = [cfg.model for cfg, _, _ in self.members]
-        _warn_unpriced(self.caps, list({Session.key(m): m for m in models}.values()))
-        self.initial = self.recorded()
-        run_id = uuid.uuid4().hex[:12]
-        uptime_prices = {Session.key(m): Prices.of_model(to_plain(m)) for m in models}
-        actor = start_budget_actor(self.caps, Prices.of_model(to_plain(models[0])), self.initial, _ttl(models),
-                                   self.closed, point_prices=self.point_prices(), uptime_prices=uptime_prices,
-                                   run_id=run_id, snapshot_dirs=tuple(dict.fromkeys(st.uri for _, st, _ in self.members)))
-        log.info("run budget %s for the %d points of the sweep (run.budget.scope=sweep); already spent by them: %s",
-                 self.caps, len(self.members), self.initial)
-        self.budget = RunBudget(actor, run_id, PoolUptime(session, [c.model for c in generating], already_up),
-                                [st for _, st, _ in self.members], self.hashes, SWEEP)
-        return self.budget
-
-    def stop(self) -> dict[str, Any] | None:
-        """Stop the ledger (after the sweep's last wave); its final summary (``final``)."""
-        if self.budget is not None:
-            self.final = self.budget.stop()
-            self.budget = None
-        return self.final
-
-    def record(self, summary: dict[str, Any], config_hash: str) -> dict[str, Any]:
-        """The ``budget`` section of a member's info JSON: the ledger's summary (caps, spend and
-        closure over the sweep, ``points``: every member's part) and this point's part (``point``)."""
-        return {**summary, "point": (summary.get("points") or {}).get(config_hash)}
-
-
-def sweep_ledger(members: list[tuple[Config, EpisodeStore, str]]) -> SweepLedger | None:
-    """The sweep's one ledger when its points ask for one (``run.budget.scope=sweep``, caps set,
-    two or more points that use a model); None: each point has its own (or none). Call
-    :func:`check_sweep_budgets` first: the points agree on the caps."""
-    members = [m for m in members if get_benchmark(m[0].benchmark.name).uses_model(m[0].agent)]
-    if len(members) < 2 or members[0][0].run.budget.scope != SWEEP:
-        return None
-    caps = Caps.of(members[0][0].run.budget)
-    if not caps.any:
-        return None
-    hashes = {h for _, _, h in members}
-    records: list[dict[str, Any]] = []
-    for st in {st.uri: st for _, st, _ in members}.values():
-        records += [(i.get("budget") or {}) for i in st.run_infos() if i.get("config_hash") in hashes]
-        records += [i for i in st.run_infos(LIVE_PREFIX) if i]
-    # a closure of the same sweep (the same configurations): the same command starts nothing
-    same = [b for b in records if b.get("scope") == SWEEP and set(b.get("points") or {}) == hashes]
-    ledger = SweepLedger(caps, members, _closure(caps, same))
-    ledger.initial = ledger.recorded()
-    return ledger
-
-
-def budget_exhausted_rows(setup: WorkerSetup, specs: list[EpisodeSpec], reason: str) -> list[dict[str, Any]]:
-    """Rows of planned episodes that never started because the budget ran out: stored (nothing
-    is lost silently) as ``budget_exhausted``; a re-run with a larger budget plans them again."""
-    return [unstarted_row(setup, s, BUDGET_EXHAUSTED, f"BudgetExhausted: {reason} (never started)") for s in specs]
-
-
-def judge_prices_match(cfg: Config) -> bool:
-    """Whether the judge's calls cost what the model's do (a self-judge, a hosted judge at the same
-    token prices): then they can reserve from the generation's own ledger."""
-    return (judge_prices(to_plain(cfg.judge), to_plain(cfg.model)).tokens.tokens_only
-            == Prices.of_model(to_plain(cfg.model)).tokens_only)
-
-
-def judge_budget_gate(cfg: Config, store: EpisodeStore, config_hash: str, ledger: SweepLedger | None = None
-                      ) -> BudgetGate | None:
-    """A gate for the judge stage's calls (in the driver; None without caps): the same caps,
-    starting from what the run dir records (this run's generation included, from its ledger
-    snapshot; of all the sweep's points for a sweep ``ledger``), priced at the judge's prices.
-    Replica uptime during judging is not checked as it accrues; the run's info JSON records it for
-    the next run."""
-    caps = Caps.of(cfg.run.budget)
-    if not caps.any:
-        return None
-    jp = judge_prices(to_plain(cfg.judge), to_plain(cfg.model)).tokens
-    if ledger is not None:
-        return BudgetGate.local(Budget(caps, jp, ledger.recorded(), closed=ledger.closed))
-    return BudgetGate.local(Budget(caps, jp, recorded_spend(cfg, store, config_hash),
-                                   closed=recorded_closure(cfg, store, config_hash)))
-
-

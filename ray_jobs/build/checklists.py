@@ -16,8 +16,9 @@ def analyst_checklists(cfg: Any, session: Any) -> None:
     from engine.config import to_plain, validate
     from engine.scoring.judges import judge_identity
     from engine.storage import local_root
+    from ray_jobs.config.point import run_dir
     from ray_jobs.judging.stream import judge_endpoints
-    from ray_jobs.run.planning import needed_cpus, run_dir
+    from ray_jobs.run.planning import needed_cpus
 
     validate(cfg)
     b = cfg.benchmark

@@ -36,6 +36,7 @@ from engine.protocol import Benchmark
 from engine.runtime.actors import members
 from indexes.embeddings import embedding_cache_dir
 from indexes.service import CorpusSource, start_index_replicas
+from ray_jobs.config.point import pool_key
 
 if TYPE_CHECKING:
     from engine.hosting.replica import ModelPool
@@ -209,7 +210,7 @@ class Session:
 
     @staticmethod
     def key(m: ModelConfig) -> str:
-        return stable_hash(to_plain(m))
+        return pool_key(m)
 
     def needed(self, cfg: Config) -> set[str]:
         """Pools a run needs at once: its model, and a hosted judge model of its own (two hosted

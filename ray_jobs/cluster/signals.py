@@ -152,7 +152,7 @@ def arm() -> None:
 def track(tally: Callable[[], Tally]) -> None:
     """What a stop's line counts: ``tally()`` is called when the stop is reported and says what the
     job's stores hold for the episodes it planned. The job registers it once its points are planned
-    (before that, the line says only that the same command resumes). This package knows no job:
+    (before that, the line says that no episode was planned). This package knows no job:
     the job hands it the count."""
     _state.tally = tally
 
@@ -302,7 +302,7 @@ def _claim(st: _State) -> bool:
 def _print_line(st: _State, signum: int) -> None:
     try:
         try:
-            counts: Tally | None = st.tally() if st.tally is not None else None
+            counts: Tally | None = st.tally() if st.tally is not None else Tally()     # nothing planned yet
         except Exception as e:  # noqa: BLE001 - the line is printed whatever the store says
             log.warning("counting the stopped run's episodes: %s: %s", type(e).__name__, e)
             counts = None

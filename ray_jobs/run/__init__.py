@@ -20,8 +20,10 @@ This package re-exports what other modules and plugins import from ``ray_jobs.ru
 
 # what other modules import from here; the identity functions are engine.identity's
 from engine.identity import data_identity, engine_identity
+from ray_jobs.config.point import PointSpec, resolve, run_dir
 from ray_jobs.run.dispatch_loop import interleave
 from ray_jobs.run.entry import hydra_entry
+from ray_jobs.run.info import RunInfo
 from ray_jobs.run.planning import (
     Plan,
     Point,
@@ -32,7 +34,6 @@ from ray_jobs.run.planning import (
     open_point,
     plan,
     plan_point,
-    run_dir,
 )
 from ray_jobs.run.results import exit_code, failure_summary, failures, reduce_metrics, summary
 from ray_jobs.run.sweep import run, run_sweep
@@ -41,5 +42,5 @@ from ray_jobs.run.waves import plan_waves
 __all__ = [
     "Plan", "Point", "check_engine", "data_identity", "engine_identity", "exit_code", "failure_summary", "failures",
     "hydra_entry", "interleave", "judges_episodes", "make_point", "needed_cpus", "open_point", "plan", "plan_point",
-    "plan_waves", "reduce_metrics", "run", "run_dir", "run_sweep", "summary",
+    "plan_waves", "reduce_metrics", "resolve", "run", "run_dir", "run_sweep", "summary", "PointSpec", "RunInfo",
 ]

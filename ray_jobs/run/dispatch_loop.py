@@ -22,9 +22,7 @@ from engine.runtime.progress import Progress
 from engine.runtime.replicas import gather_stats
 from engine.runtime.writer import StoreWriter
 from engine.storage import EpisodeStore
-from ray_jobs.budget.ledger import (
-    budget_exhausted_rows,
-)
+from ray_jobs.budget.gates import budget_exhausted_rows
 from ray_jobs.cluster import signals as stopping
 from ray_jobs.cluster.moves import Candidate, grow, release
 from ray_jobs.cluster.session import Session
@@ -597,9 +595,9 @@ class DispatchLoop:
             if pool is not None:
                 self.events.record(pool)
                 p.info["replica_restart_causes"] = dict(pool.restart_causes)
-            p.info.update(requeued=st["requeued"], replica_restarts=pool.restarts if pool is not None else 0,
-                          failures=st["failures"], steps=st["steps"], tokens_in=st["tokens_in"],
-                          tokens_out=st["tokens_out"])
+            p.info["requeued"], p.info["replica_restarts"] = st["requeued"], pool.restarts if pool is not None else 0
+            p.info["failures"], p.info["steps"] = st["failures"], st["steps"]
+            p.info["tokens_in"], p.info["tokens_out"] = st["tokens_in"], st["tokens_out"]
             p.info["index_stats"] = gather_stats(p.index) if p.index is not None else None
             p.info["service_stats"] = {k: gather_stats(h) for k, h in p.services.items()}
             p.info["dispatch_max_stall_s"] = round(self.max_stall_s, 3)

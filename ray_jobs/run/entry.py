@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 from engine.config import Config
 from ray_jobs.cluster import signals
+from ray_jobs.run.info import RunInfo
 from ray_jobs.run.results import exit_code
 from ray_jobs.run.sweep import run_sweep
 
@@ -25,7 +25,7 @@ def hydra_entry() -> None:
         sys.stdout.write(config_help("config", [a for a in sys.argv[1:] if a not in ("-h", "--help")], "dateline run"))
         return
     cfgs: list[Config] = []
-    infos: list[dict[str, Any]] = []
+    infos: list[RunInfo] = []
     command = ["dateline", "run", *sys.argv[1:]]      # before Hydra adds its search paths to argv
     # SIGINT / SIGTERM stop the run cleanly: one line, status 130 / 143 (ray_jobs/cluster/signals.py)
     signals.arm()

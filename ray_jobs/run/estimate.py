@@ -28,12 +28,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.benchmarks import get_benchmark
 from engine.budget.cost import Prices, judge_prices, token_cost, uptime_cost
 from engine.config import Config, replica_count, to_plain, validate
 from engine.runtime.progress import table
 from engine.storage import EpisodeStore
 from ray_jobs.cluster.sizing import Rate, measured_rate, size_by_work
+from ray_jobs.config.point import resolve
 from ray_jobs.run.planning import plan
 
 PILOT_DIR = "_pilot"
@@ -168,8 +168,9 @@ def project(cfg: Config, pilot_cfg: Config, label: str = "",
     of the cluster has (``model.replicas: auto`` is priced as the replicas the plan would start
     there, from the pilot's replica-seconds per episode)."""
 
-    bench = get_benchmark(cfg.benchmark.name)
-    full, pilot = plan(cfg), plan(pilot_cfg)
+    full_spec = resolve(cfg)
+    bench = full_spec.bench
+    full, pilot = plan(full_spec), plan(resolve(pilot_cfg))
     ids = {s.episode_id for s in pilot.specs}
     store = EpisodeStore(pilot.run_dir, bench.episode_fields)
     rows = [r for r in store.episodes().select(["episode_id", "status", "tokens_in", "tokens_out"]).to_pylist()

@@ -11,10 +11,7 @@ from engine.config import (
     judge_model_config,
 )
 from engine.runtime.budget_actor import remote_gate
-from ray_jobs.budget.ledger import (
-    judge_budget_gate,
-    judge_prices_match,
-)
+from ray_jobs.budget.gates import judge_budget_gate, judge_prices_match
 from ray_jobs.cluster.session import Session
 from ray_jobs.judging.fleet import JudgeFleet
 from ray_jobs.judging.stream import JudgeStream, judge_endpoints
@@ -45,7 +42,7 @@ def add_judge(stream: JudgeStream | JudgeFleet, p: Point, session: Session) -> N
     if ledger is not None and judge_prices_match(cfg):
         gate = remote_gate(ledger.actor, p.plan.config_hash)
     elif Caps.of(cfg.run.budget).any:
-        gate = judge_budget_gate(cfg, p.store, p.plan.config_hash, p.ledger)
+        gate = judge_budget_gate(p.spec, p.store, p.ledger)
     # in flight per endpoint: a hosted judge's engine batch, an external one's judge.max_inflight
     batch = engine_batch(hosted) if hosted is not None and hosted.kind == "vllm" else None
     stream.add(p.key, cfg, p.bench, p.store, eps, gate, max(batch or 0, cfg.judge.max_inflight), p.plan.config_hash)

@@ -13,46 +13,37 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from engine.benchmarks import get_benchmark
 from engine.config import (
     Config,
     engine_batch,
     index_replica_count,
-    judge_model_config,
     replica_count,
     service_replica_count,
     to_plain,
-    validate,
 )
 from engine.errors import ConfigError
 from engine.hosting.weights import weights_id
 from engine.identity import (
-    config_hash,
-    config_identity,
     data_identity,
-    engine_identity,
     episode_id,
     evaluation_settings,
     reported_server,
     without_server,
 )
 from engine.inputs.order import TaskOrder, order_record, task_order
-from engine.inputs.paths import out_path
 from engine.inputs.quarantine import collecting
 from engine.llm import SamplingParams
 from engine.protocol import Benchmark, BenchmarkBase, dumps
 from engine.runtime.dispatch import EpisodeSpec, WorkerSetup, agent_json
 from engine.scoring.outcomes import Planned, task_set
-from engine.storage import EpisodeStore, is_uri, write_quarantine
-from ray_jobs.budget.ledger import (
-    RunBudget,
-    SweepLedger,
-    budget_exhausted_rows,
-    check_sweep_budgets,
-    exhausted_before_start,
-)
-from ray_jobs.cluster.session import Session
+from engine.storage import EpisodeStore, write_quarantine
+from ray_jobs.budget.gates import budget_exhausted_rows
+from ray_jobs.budget.ledger import RunBudget
+from ray_jobs.budget.records import exhausted_before_start
+from ray_jobs.budget.sweep import SweepLedger, check_sweep_budgets
+from ray_jobs.config.point import PointSpec, resolve
 from ray_jobs.judging.stream import pending_requests, run_judge_identity
+from ray_jobs.run.info import RunInfo
 
 log = logging.getLogger("dateline.run")
 
@@ -64,11 +55,6 @@ class Plan:
     config_hash: str
     run_dir: Path | str          # a local folder, or a pyarrow filesystem URI (s3://bucket/prefix)
     engine: dict[str, Any] = field(default_factory=dict)     # engine_identity: weights, engine args, prompt
-
-
-def run_dir(cfg: Config) -> Path | str:
-    """The run dir: a URI (``s3://``, ``gs://``) as given, else a local path (see :func:`out_path`)."""
-    return cfg.run.dir if is_uri(cfg.run.dir) else out_path(cfg.run.dir)
 
 
 # what each part of the engine identity is called in a refusal (the config field behind it)
@@ -134,15 +120,11 @@ def check_engine(store: EpisodeStore, config_hash: str, engine: dict[str, Any], 
         "model.name for the new weights or engine")
 
 
-def plan(cfg: Config) -> Plan:
-    bench = get_benchmark(cfg.benchmark.name)
-    uses_model = bench.uses_model(cfg.agent)
-    ident = config_identity(cfg, bench, uses_model)
-    chash = config_hash(ident)
-    engine = engine_identity(cfg, bench, uses_model)
-    specs = [EpisodeSpec(episode_id(ident, engine, task.task_id, seed), chash, task, task.task_id, seed)
+def plan(spec: PointSpec) -> Plan:
+    """Every episode of ``spec`` (its tasks, each seed), and those its run dir has no result of."""
+    cfg, bench, chash, engine, rd = spec.cfg, spec.bench, spec.config_hash, spec.engine, spec.run_dir
+    specs = [EpisodeSpec(episode_id(spec.identity, engine, task.task_id, seed), chash, task, task.task_id, seed)
              for task in bench.load_tasks(cfg) for seed in range(cfg.run.seed, cfg.run.seed + cfg.run.num_seeds)]
-    rd = run_dir(cfg)
     store = EpisodeStore(rd, bench.episode_fields)
     check_engine(store, chash, engine, rd)
     # failed episodes are results too: re-run only when asked (run.retry_failed)
@@ -174,23 +156,37 @@ def needed_cpus(cfg: Config, bench: Benchmark[Any]) -> float:
 
 @dataclass
 class Point:
-    """One configuration of a sweep in its run dir, and what the sweep does for it."""
-    key: str                     # config hash @ run dir
-    cfg: Config
-    bench: Benchmark[Any]
+    """One configuration of a sweep in its run dir (``spec``: what it is, resolved once), and what
+    the sweep does for it."""
+    spec: PointSpec
     plan: Plan
     store: EpisodeStore
-    uses_model: bool
     generate: bool               # episodes to run
     judge: bool                  # a judge to run (over new and earlier episodes)
     pools: tuple[str, ...]       # hosted model pools it needs (model under test, judge model)
-    info: dict[str, Any]
+    info: RunInfo
     budget: RunBudget | None = None
     ledger: SweepLedger | None = None     # the sweep's one ledger (run.budget.scope=sweep), if it has one
     setup: WorkerSetup | None = None
     index: Any = None            # its index actor and service actors (while generating)
     services: dict[str, Any] = field(default_factory=dict)
     racer: Any = None            # the sweep's adaptive race, when a rule is on (ray_jobs/run/adaptive.py)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def cfg(self) -> Config:
+        return self.spec.cfg
+
+    @property
+    def bench(self) -> Benchmark[Any]:
+        return self.spec.bench
+
+    @property
+    def uses_model(self) -> bool:
+        return self.spec.uses_model
 
 
 def _failure_json(bench: Benchmark[Any], task: Any) -> str:
@@ -203,37 +199,27 @@ def _failure_json(bench: Benchmark[Any], task: Any) -> str:
 def make_point(cfg: Config, closed: str | None = None) -> Point:
     """A point planned (its config and plan written to its run dir) and ready to run: ``closed``
     is why its budget allows no call ("" none; None: ask its own ledger's records, a point ledger)."""
-    validate(cfg)
-    return open_point(plan_point(cfg), closed)
+    return open_point(plan_point(resolve(cfg)), closed)
 
 
-def preflight(cfgs: list[Config]) -> None:
+def preflight(cfgs: list[Config]) -> list[PointSpec]:
     """Every check that needs no run dir, before any run dir is locked (which creates it): a refused
     run creates nothing. The configs, the sweep's budgets, and on a cluster this process starts
-    itself a hosted model's folder (on a remote cluster only its nodes can say)."""
-    for cfg in cfgs:
-        validate(cfg)
-        if cfg.cluster.address:
-            continue
-        bench = get_benchmark(cfg.benchmark.name)
-        for where, m in (("model", cfg.model if bench.uses_model(cfg.agent) else None),
-                         ("judge.hosted_model", cfg.judge.hosted_model)):
-            if m is not None and m.kind == "vllm" and m.path and not Path(m.path).exists():
-                raise ConfigError(f"{where}.path: {m.path} does not exist on this machine; `bash scripts/setup.sh` "
-                                  "prepares the default model, or point it at a local model folder (nothing is "
-                                  "downloaded at run time)")
-    check_sweep_budgets(cfgs)
+    itself a hosted model's folder (on a remote cluster only its nodes can say). Returns each
+    configuration resolved (:func:`~ray_jobs.config.point.resolve`), in ``cfgs`` order."""
+    specs = [resolve(cfg, check_paths=not cfg.cluster.address) for cfg in cfgs]
+    check_sweep_budgets(specs)
+    return specs
 
 
-def plan_point(cfg: Config) -> Point:
+def plan_point(spec: PointSpec) -> Point:
     """A point planned, before its budget is asked (:func:`open_point`): ``generate`` says only
-    whether episodes are left, ``judge`` and ``pools`` are not decided yet. ``cfg`` is validated
-    (:func:`preflight` for a sweep, :func:`make_point`)."""
-    bench = get_benchmark(cfg.benchmark.name)
+    whether episodes are left, ``judge`` and ``pools`` are not decided yet."""
+    cfg, bench = spec.cfg, spec.bench
     # bad data (docs/design/data.md): the rows benchmark.on_bad_rows=skip dropped while plan()
     # loaded the tasks go to RUN_DIR/quarantine/part-*.parquet, and their count is logged
     with collecting() as bad_rows:
-        p = plan(cfg)
+        p = plan(spec)
     store = EpisodeStore(p.run_dir, bench.episode_fields)
     write_quarantine(store, bad_rows.rows)
     store.write_json("config.json", {"config": to_plain(asdict(cfg)), "config_hash": p.config_hash})
@@ -243,11 +229,10 @@ def plan_point(cfg: Config) -> Point:
     store.write_plan(p.config_hash, [(x.episode_id, x.task_id, x.seed, x.failure) for x in planned], tset,
                      cfg.run.score_failures, dumps(evaluation_settings(cfg.benchmark, bench.evaluation_fields)))
     _record_order(store, tset, cfg, [s.task_id for s in p.specs])
-    uses_model = bench.uses_model(cfg.agent)
-    info: dict[str, Any] = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
+    info: RunInfo = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
     log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),
              len(p.specs) - len(p.todo), len(p.todo), p.run_dir)
-    return Point(f"{p.config_hash}@{p.run_dir}", cfg, bench, p, store, uses_model, bool(p.todo), False, (), info)
+    return Point(spec, p, store, bool(p.todo), False, (), info)
 
 
 def _record_order(store: EpisodeStore, tset: str, cfg: Config, task_ids: list[str]) -> None:
@@ -275,8 +260,7 @@ def open_point(pt: Point, closed: str | None = None) -> Point:
         info["budget_exhausted_before_start"] = closed
         # stored as budget-stopped (counted so in every metric's n_budget_stopped), run by a larger budget
         stopped = store.finished_ids(p.config_hash, statuses=("budget_exhausted",))
-        rows = budget_exhausted_rows(worker_setup(cfg, bench, p, store, []), [x for x in p.todo
-                                                                               if x.episode_id not in stopped], closed)
+        rows = budget_exhausted_rows(worker_setup(pt, []), [x for x in p.todo if x.episode_id not in stopped], closed)
         if rows:
             store.write_batch(rows, [])
         generate = False
@@ -284,18 +268,17 @@ def open_point(pt: Point, closed: str | None = None) -> Point:
         generate or bool(pending_requests(cfg, bench, store, p.config_hash, run_judge_identity(cfg, bench).id)))
     pools: list[str] = []
     if generate and pt.uses_model:
-        pools.append(Session.key(cfg.model))
-    if judge and (jm := judge_model_config(cfg.model, cfg.judge)) is not None:
-        pools.append(Session.key(jm))
+        pools.append(pt.spec.model_key)
+    if judge and pt.spec.judge_key is not None:
+        pools.append(pt.spec.judge_key)
     pt.generate, pt.judge, pt.pools = generate, judge, tuple(dict.fromkeys(pools))
     return pt
 
 
-def worker_setup(cfg: Config, bench: Benchmark[Any], plan_: Plan, store: EpisodeStore, endpoints: list[Any],
-                 budget: Any = None) -> WorkerSetup:
-    """What the episode workers of a configuration run with (and the identity columns of its rows)."""
+def worker_setup(pt: Point, endpoints: list[Any], budget: Any = None) -> WorkerSetup:
+    """What the episode workers of a point run with (and the identity columns of its rows)."""
+    cfg, bench, plan_, store, uses_model = pt.cfg, pt.bench, pt.plan, pt.store, pt.uses_model
     m, c = cfg.model, cfg.cluster
-    uses_model = bench.uses_model(cfg.agent)
     return WorkerSetup(
         benchmark=bench.name, model_name=m.name, agent=cfg.agent, agent_json=agent_json(cfg.agent),
         endpoints=endpoints,
@@ -309,5 +292,5 @@ def worker_setup(cfg: Config, bench: Benchmark[Any], plan_: Plan, store: Episode
         # a hosted replica that dies or is restarted by its pool: calls wait for one that long
         reroute_wait_s=m.replica_wait_s if m.kind == "vllm" else 0.0,
         budget=budget, budget_point=plan_.config_hash,
-        pool_key=Session.key(m) if uses_model else "",
+        pool_key=pt.spec.model_key if uses_model else "",
         engine_json=dumps(plan_.engine), weights_id=weights_id(m) if uses_model else "")

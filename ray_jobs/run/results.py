@@ -4,7 +4,7 @@ the metrics of a run dir (the default view every reader computes) and the summar
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow.compute as pc
@@ -81,7 +81,7 @@ def failure_summary(f: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def exit_code(cfgs: list[Config], infos: list[dict[str, Any]]) -> tuple[int, str]:
+def exit_code(cfgs: list[Config], infos: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
     """The run's exit status and its one-line reason: 1 when a configuration that must not have
     errors (run.fail_on_error) has some, or the run stopped at run.max_failures; else 0."""
     bad = []

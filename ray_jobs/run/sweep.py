@@ -12,16 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine import provenance
-from engine.config import (
-    Config,
-    to_plain,
-)
+from engine.config import Config, judge_model_config, to_plain
 from engine.scoring import metric_table
-from ray_jobs.budget.ledger import SweepLedger, sweep_ledger
+from ray_jobs.budget.sweep import SweepLedger, sweep_ledger
 from ray_jobs.cluster import signals
 from ray_jobs.cluster.session import Session
+from ray_jobs.config.point import PointSpec
 from ray_jobs.run.adaptive import Racer
-from ray_jobs.run.planning import Point, open_point, plan_point, preflight, run_dir
+from ray_jobs.run.info import RunInfo
+from ray_jobs.run.planning import Point, open_point, plan_point, preflight
 from ray_jobs.run.results import failure_summary, failures, summary, tally
 from ray_jobs.run.waves import run_waves
 
@@ -29,7 +28,7 @@ log = logging.getLogger("dateline.run")
 
 
 def run_sweep(cfgs: list[Config], session: Session | None = None,
-              command: Sequence[str] | None = None, *, print_summary: bool = True) -> list[dict[str, Any]]:
+              command: Sequence[str] | None = None, *, print_summary: bool = True) -> list[RunInfo]:
     """Every configuration of a sweep as one job: all points planned up front, one queue of
     episodes per model feeding one set of workers, the models that fit hosted at once (waves,
     largest first, when they do not), judging streamed as episodes finish, metrics reduced once
@@ -41,25 +40,26 @@ def run_sweep(cfgs: list[Config], session: Session | None = None,
 
     from engine.runtime.runlock import RunDirLock
 
-    preflight(cfgs)             # a refused run creates nothing: every check before the first lock
+    specs = preflight(cfgs)     # a refused run creates nothing: every check before the first lock
     with ExitStack() as locks:
         # one writer per run dir: a second driver on any of them stops here, naming the holder
-        for d in sorted({str(run_dir(c)) for c in cfgs}):
+        for d in sorted({str(s.run_dir) for s in specs}):
             locks.enter_context(RunDirLock(d, "dateline run"))
-        return _run_sweep(cfgs, session, command, print_summary)
+        return _run_sweep(specs, session, command, print_summary)
 
 
-def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[str] | None = None,
-               print_summary: bool = True) -> list[dict[str, Any]]:
+def _run_sweep(specs: list[PointSpec], session: Session | None, command: Sequence[str] | None = None,
+               print_summary: bool = True) -> list[RunInfo]:
     own = session is None
     session = session or Session()
     t0 = time.time()
-    points, order, ledger = _plan_sweep(cfgs)                              # planning.py
+    points, order, ledger = _plan_sweep(specs)                             # planning.py
     signals.track(lambda: tally(points.values()))                          # a stop's line counts these
     racer = Racer.start(list(points.values()))                             # adaptive.py (None: no rule)
     work = [p for p in points.values() if p.generate or p.judge]
-    models = {Session.key(m): m for p in points.values()
-              for m in (p.cfg.model, p.cfg.judge.hosted_model) if m is not None}
+    models = {k: m for p in points.values()
+              for k, m in ((p.spec.model_key, p.cfg.model), (p.spec.judge_key, judge_model_config(p.cfg.model, p.cfg.judge)))
+              if m is not None and k is not None}
     try:
         if work:
             run_waves(work, models, session, ledger)                       # waves.py -> dispatch_loop.py
@@ -69,23 +69,23 @@ def _run_sweep(cfgs: list[Config], session: Session | None, command: Sequence[st
     _record_ledger(points, ledger)
     if racer is not None:
         racer.write()
-    prov = _write_provenance(points, cfgs, command, t0)
+    prov = _write_provenance(points, [s.cfg for s in specs], command, t0)
     reduced = _reduce(points)                                              # results.py
     for p in points.values():
         _report(p, reduced[str(p.plan.run_dir)], prov, t0, session, print_summary)
     return [points[k].info for k in order]
 
 
-def _plan_sweep(cfgs: list[Config]) -> tuple[dict[str, Point], list[str], SweepLedger | None]:
+def _plan_sweep(specs: list[PointSpec]) -> tuple[dict[str, Point], list[str], SweepLedger | None]:
     """Every point planned up front (the same configuration twice runs once), and the sweep's
     ledger when its points share one (``run.budget.scope=sweep``)."""
     points: dict[str, Point] = {}
     order: list[str] = []
-    for cfg in cfgs:
-        pt = plan_point(cfg)
-        order.append(pt.key)
-        points.setdefault(pt.key, pt)        # the same configuration twice runs once
-    ledger = sweep_ledger([(p.cfg, p.store, p.plan.config_hash) for p in points.values()])
+    for spec in specs:
+        order.append(spec.key)
+        if spec.key not in points:           # the same configuration twice runs (and is planned) once
+            points[spec.key] = plan_point(spec)
+    ledger = sweep_ledger([(p.spec, p.store) for p in points.values()])
     closed = ledger.exhausted_before_start() if ledger is not None else None
     for p in points.values():
         mine = ledger is not None and p.plan.config_hash in ledger.hashes
@@ -173,7 +173,7 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     out.flush()
 
 
-def run(cfg: Config, session: Session | None = None, *, print_summary: bool = True) -> dict[str, Any]:
+def run(cfg: Config, session: Session | None = None, *, print_summary: bool = True) -> RunInfo:
     """One run: generate what is missing, judge what is missing, reduce metrics. Pass a
     ``session`` to share Ray, models, index and services with other runs."""
     return run_sweep([cfg], session, print_summary=print_summary)[0]

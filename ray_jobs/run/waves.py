@@ -20,15 +20,14 @@ from engine.config import (
 )
 from engine.runtime.actors import members
 from engine.runtime.replicas import ready_info
-from ray_jobs.budget.ledger import (
-    SweepLedger,
-    recorded_spend,
-    start_budget,
-)
+from ray_jobs.budget.ledger import start_budget
+from ray_jobs.budget.records import recorded_spend
+from ray_jobs.budget.sweep import SweepLedger
 from ray_jobs.cluster import signals as stopping
 from ray_jobs.cluster.session import Session
 from ray_jobs.cluster.sizing import size_by_work, size_replicas, sized, wave_work
 from ray_jobs.run.dispatch_loop import dispatch
+from ray_jobs.run.info import RunInfo
 from ray_jobs.run.judging import add_judge, judge_stream
 from ray_jobs.run.planning import Point, worker_setup
 
@@ -215,7 +214,7 @@ def _run_points(wave: list[Point], keys: list[str], started0: set[str], startup_
     try:
         for p in wave:       # every point's workers and ledger first: a judge may use another point's ledger
             p.info["startup_s"] = startup_s
-            model_key = Session.key(p.cfg.model)
+            model_key = p.spec.model_key
             # the first point of the wave that uses a model it started pays for the start
             p.info["model_started"] = p.uses_model and p.cfg.model.kind == "vllm" and model_key in keys \
                 and model_key not in started0 and model_key not in claimed
@@ -232,8 +231,8 @@ def _run_points(wave: list[Point], keys: list[str], started0: set[str], startup_
                     stream.submit(p.key, p.store.episodes(config_hash=p.plan.config_hash, ok_only=True).to_pylist())
         t_run = time.time()
         # pools a drained model may not give back mid-wave: a later wave's, and any that judges
-        judging = {k for p in wave if p.judge for k in p.pools if k != Session.key(p.cfg.model)}
-        judging |= {Session.key(p.cfg.model) for p in wave if p.judge and p.cfg.judge.kind == "self"}
+        judging = {k for p in wave if p.judge for k in p.pools if k != p.spec.model_key}
+        judging |= {p.spec.model_key for p in wave if p.judge and p.cfg.judge.kind == "self"}
         dispatch(groups, session, stream, keep=keep | judging)
         for p in wave:
             if p.generate:
@@ -259,13 +258,15 @@ def _share_uptime(wave: list[Point], keys: list[str], models: dict[str, ModelCon
         total = sum(weight.values())
         for p in used:
             share = up * (weight[p.key] / total if total else 1.0 / len(used))
-            field_name = "replica_seconds_run" if k == Session.key(p.cfg.model) else "judge_replica_seconds_run"
-            p.info[field_name] = p.info.get(field_name, 0.0) + share
+            if k == p.spec.model_key:
+                p.info["replica_seconds_run"] = p.info.get("replica_seconds_run", 0.0) + share
+            else:
+                p.info["judge_replica_seconds_run"] = p.info.get("judge_replica_seconds_run", 0.0) + share
     for p in wave:
         p.info["replica_seconds"] = session.replica_seconds()
 
 
-def _tokens(info: dict[str, Any]) -> int:
+def _tokens(info: RunInfo) -> int:
     j = info.get("judge") or {}
     return int(info.get("tokens_in", 0) + info.get("tokens_out", 0) + j.get("tokens_in", 0) + j.get("tokens_out", 0))
 
@@ -282,6 +283,6 @@ def prepare_generation(p: Point, session: Session) -> None:
     if p.ledger is not None:
         p.budget = p.ledger.budget          # the sweep's (started by run_waves)
     else:
-        p.budget = start_budget(cfg, p.plan.config_hash, p.store, session, bool(p.info.get("model_started")))
-    p.setup = worker_setup(cfg, bench, p.plan, p.store, endpoints, p.budget.actor if p.budget is not None else None)
+        p.budget = start_budget(p.spec, p.store, session, bool(p.info.get("model_started")))
+    p.setup = worker_setup(p, endpoints, p.budget.actor if p.budget is not None else None)
     p.info["episodes_planned"] = len(p.plan.todo)

@@ -458,7 +458,7 @@ def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixt
     on_bad_rows=skip: the good tasks are planned, the bad rows are in RUN_DIR/quarantine and
     the count is logged; the config hash is the same as with on_bad_rows=error."""
     from ray_jobs.config.compose import compose
-    from ray_jobs.run import make_point, plan
+    from ray_jobs.run import make_point, plan, resolve
 
     d, obj_row = _bad_newsagent(tmp_path)
     n_tasks = len(read_rows(NEWSAGENT / "tasks.jsonl"))
@@ -486,7 +486,7 @@ def test_newsagent_skip_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixt
     assert len(list((tmp_path / "run" / "quarantine").glob("part-*.parquet"))) == 1
     clean = compose(["agent.mode=rule-based", "judge=none", f"run.dir={tmp_path / 'run2'}"])
     skip = compose(["agent.mode=rule-based", "judge=none", f"run.dir={tmp_path / 'run2'}", "benchmark.on_bad_rows=skip"])
-    assert plan(clean).config_hash == plan(skip).config_hash
+    assert plan(resolve(clean)).config_hash == plan(resolve(skip)).config_hash
 
 
 def test_livenews_and_analyst_skip_through_load_tasks(tmp_path: Path, caplog: pytest.LogCaptureFixture):

@@ -4,6 +4,8 @@ episodes finish; the models of a sweep are hosted at once when they fit, in wave
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from engine.benchmarks.livenews import BENCHMARK
@@ -53,13 +55,14 @@ def test_points_share_one_queue_and_overlap(tmp_path):
 def _point(name: str, cpus: float, gpus: float = 0.0) -> tuple[Point, ModelConfig]:
     m = ModelConfig(name=name, path="/m", num_cpus=cpus, num_gpus=gpus)
     key = Session.key(m)
-    p = Point(name, None, None, None, None, True, True, False, (key,), {})    # type: ignore[arg-type]
+    spec = SimpleNamespace(key=name, uses_model=True)
+    p = Point(spec, None, None, True, False, (key,), {})    # type: ignore[arg-type]
     return p, m
 
 
 def test_waves_pack_models_that_fit_largest_first():
     (a, ma), (b, mb), (c, mc) = _point("a", 2), _point("b", 2, 2), _point("c", 2, 1)
-    free = Point("free", None, None, None, None, False, True, False, (), {})   # type: ignore[arg-type]
+    free = Point(SimpleNamespace(key="free", uses_model=False), None, None, True, False, (), {})  # type: ignore[arg-type]
     models = {Session.key(m): m for m in (ma, mb, mc)}
     # 3 GPUs: b (2 GPUs) and c (1) together, then a (no GPU, but CPUs are short)
     waves = plan_waves([a, b, c, free], models, {"CPU": 4.0, "GPU": 3.0})

@@ -19,9 +19,9 @@ import pytest
 from engine.benchmarks.livenews import BENCHMARK as LIVE
 from engine.llm import Endpoint, GenerationError, Router, SamplingParams
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
 from ray_jobs.run import run
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import livenews_script as responder
 

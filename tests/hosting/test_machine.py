@@ -39,7 +39,7 @@ from engine.hosting.vllm_server import (
     resolved_engine,
     with_planned_dtype,
 )
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.hosting.test_placement import fake_model, local_ray  # noqa: F401 - local_ray is a fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -360,7 +360,7 @@ def test_episode_identity_records_the_resolved_dtype(tmp_path, monkeypatch):
 
 
 def test_a_replica_refuses_a_dtype_other_than_the_planned_one(tmp_path):
-    from ray_jobs.session import Session
+    from ray_jobs.cluster.session import Session
 
     m = compose().model
     planned = with_planned_dtype(m, amx(tmp_path))              # what the driver hands the pool
@@ -384,7 +384,7 @@ def test_a_replica_refuses_a_dtype_other_than_the_planned_one(tmp_path):
 # -- dateline doctor without the server ------------------------------------------------------------
 
 def test_doctor_without_probe_prints_the_machine_and_the_choice(capsys):
-    from ray_jobs.cli import main
+    from ray_jobs.cli.main import main
 
     assert main(["doctor", "--no-probe", "model.engine_args.max_num_seqs=4"]) == 0
     out = capsys.readouterr().out

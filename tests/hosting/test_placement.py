@@ -22,7 +22,7 @@ from engine.errors import ConfigError, PlacementError
 from engine.hosting.replica import ModelPool
 from engine.hosting.replica_actor import replica_bundles
 from engine.hosting.vllm_server import VLLMServer, server_command
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 
 REPO = Path(__file__).resolve().parents[2]
 

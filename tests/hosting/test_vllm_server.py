@@ -11,7 +11,7 @@ import pytest
 from engine.config import ModelConfig, engine_batch
 from engine.hosting.replica import ModelPool
 from engine.hosting.vllm_server import VLLMServer, engine_settings, server_command
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 
 
 def test_cpu_command_uses_module_entry_point_and_engine_args():

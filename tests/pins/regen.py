@@ -53,11 +53,11 @@ def values(name: str, run_dir: Path) -> dict[str, str]:
     from engine.scoring.outcomes import dataset_key
     from ray_jobs.config.compose import compose
     from ray_jobs.judging.stream import run_judge_identity
-    from ray_jobs.run import data_identity, plan
+    from ray_jobs.run import data_identity, plan, resolve
 
     cfg = compose([*CASES[name], *CONTROLS, f"run.dir={run_dir}"])
     bench = get_benchmark(cfg.benchmark.name)
-    first = plan(cfg).specs[0]
+    first = plan(resolve(cfg)).specs[0]
     judged = compose([*CASES[name], *CONTROLS, *JUDGE, f"run.dir={run_dir}"])
     return {
         "config_hash": first.config_hash,

@@ -15,7 +15,7 @@ import pytest
 
 from engine.benchmarks import get_benchmark
 from engine.storage import EpisodeStore
-from ray_jobs.cli.main import main as cli
+from ray_jobs.cli import main as cli
 from tests.factories import episode_row
 
 COMMANDS = ["run", "estimate", "pairwise", "analyst-checklists", "metrics", "tables", "report", "show", "repair",

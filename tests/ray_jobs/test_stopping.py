@@ -45,12 +45,12 @@ def test_tally_counts_each_configuration_of_the_run_once_from_its_store(tmp_path
     from engine.benchmarks import get_benchmark
     from engine.protocol import dumps
     from engine.storage import EpisodeStore
-    from ray_jobs.run import plan_point
+    from ray_jobs.run import plan_point, resolve
     from ray_jobs.run.results import tally
 
     base = ["agent=newsagent_rule_based", f"run.dir={tmp_path}", "benchmark.limit=5"]
     a, b = compose(base), compose([*base, "agent.max_operations=3"])
-    pta, ptb = plan_point(a), plan_point(b)
+    pta, ptb = plan_point(resolve(a)), plan_point(resolve(b))
     pa, pb = pta.plan, ptb.plan
     assert pa.config_hash != pb.config_hash and len(pa.specs) == len(pb.specs) == 5
     store = EpisodeStore(tmp_path, get_benchmark("newsagent").episode_fields)
@@ -65,7 +65,7 @@ def test_tally_counts_each_configuration_of_the_run_once_from_its_store(tmp_path
     store.write_batch([row(sa[2], pa.config_hash, "ok"),                       # a later run finished it
                        episode_row("newsagent", episode_id="not-planned", config_hash=pa.config_hash,
                                    engine=dumps(pa.engine))], [])
-    t = tally([pta, ptb, plan_point(a)])          # the same configuration twice in a sweep counts once
+    t = tally([pta, ptb, plan_point(resolve(a))])          # the same configuration twice in a sweep counts once
     assert (t.planned, t.finished, t.failed, t.budget_stopped, t.not_run) == (10, 2, 1, 1, 6)
     assert stop_line(signal.SIGINT, t) == ("stopped by SIGINT: 2 of 10 finished, 1 failed, 1 budget-stopped, 6 not run; "
                                            "the same command resumes")

@@ -19,7 +19,7 @@ BENCHES = {"newsagent": ["agent=newsagent_rule_based", "run.order=data"],
 @pytest.mark.parametrize("name", sorted(BENCHES))
 def test_task_ids_pick_tasks_for_every_benchmark(name, tmp_path):
     from dateline import compose
-    from ray_jobs.run import plan
+    from ray_jobs.run import plan, resolve
 
     bench = get_benchmark(name)
     every = [t.task_id for t in bench.load_tasks(compose(BENCHES[name]))]
@@ -31,7 +31,8 @@ def test_task_ids_pick_tasks_for_every_benchmark(name, tmp_path):
     cfg_limited = compose(BENCHES[name] + [f"benchmark.task_ids=[{quoted}]", "benchmark.limit=1"])
     assert [t.task_id for t in bench.load_tasks(cfg_limited)] == [every[0]]
     where = [f"run.dir={tmp_path}"]
-    whole, part = plan(compose(BENCHES[name] + where)), plan(compose(BENCHES[name] + where + [f"benchmark.task_ids=[{quoted}]"]))
+    whole = plan(resolve(compose(BENCHES[name] + where)))
+    part = plan(resolve(compose(BENCHES[name] + where + [f"benchmark.task_ids=[{quoted}]"])))
     assert part.config_hash == whole.config_hash and len(part.specs) == 2 * cfg.run.num_seeds
     with pytest.raises(ConfigError, match=r"benchmark.task_ids: no such tasks in .*\['no-such-task'\]"):
         bench.load_tasks(compose(BENCHES[name] + ["benchmark.task_ids=[no-such-task]"]))

@@ -36,9 +36,9 @@ import pytest
 
 from engine.benchmarks.analyst import BENCHMARK, attempt_seed
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
 from ray_jobs.run import run_sweep
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import REPO
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine.errors import BadDataError, ConfigError, CorruptShard, DataError
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.config.compose import compose
 from tests.engine.runtime.test_runlock import _holder
 from tests.factories import episode_row
 from tests.fake_openai import FakeOpenAI
@@ -297,7 +297,7 @@ def test_an_episode_whose_row_was_set_aside_is_counted_by_the_run_summary_and_da
     assert f["set_aside"] == 1 and "episode e1: field n_search cannot be stored" in f["set_aside_example"]
     text = failure_summary(f)
     assert text.startswith("FAILURES: 1 of 3 planned") and "1 x not stored" in text and "RUN_DIR/quarantine" in text
-    out = run_module("ray_jobs.cli", "show", str(tmp_path), timeout=60)
+    out = run_module("ray_jobs.cli.main", "show", str(tmp_path), timeout=60)
     assert out.returncode == 0 and "2 episode(s)" in out.stdout, out.stderr[-2000:]
     assert "1 more ran but could not be stored" in out.stdout and "field n_search" in out.stdout
     store.write_batch([episode_row("newsagent", episode_id="e1", config_hash="c")], [])     # a re-run stores it
@@ -379,13 +379,13 @@ def test_a_corrupt_shard_is_named_and_repair_moves_it_aside_keeping_every_other_
     bad.write_bytes(bad.read_bytes()[: len(bad.read_bytes()) // 2])       # a torn write
     with pytest.raises(CorruptShard, match=rf"{bad.name}.*cannot be read.*dateline repair {tmp_path}"):
         store.episodes()
-    out = run_module("ray_jobs.cli", "repair", str(tmp_path), "--dry-run", timeout=60)
+    out = run_module("ray_jobs.cli.main", "repair", str(tmp_path), "--dry-run", timeout=60)
     assert out.returncode == 0 and f"would move {bad}" in out.stdout and bad.exists()
-    out = run_module("ray_jobs.cli", "repair", str(tmp_path), timeout=60)
+    out = run_module("ray_jobs.cli.main", "repair", str(tmp_path), timeout=60)
     assert out.returncode == 0 and "1 unreadable shard(s) moved aside" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "_corrupt" / "episodes" / bad.name).exists() and not bad.exists()
     assert sorted(store.episodes().column("episode_id").to_pylist()) == ["e0", "e2"]
-    assert run_module("ray_jobs.cli", "repair", "no/such/dir", timeout=60).returncode == 2
+    assert run_module("ray_jobs.cli.main", "repair", "no/such/dir", timeout=60).returncode == 2
 
 
 @pytest.mark.slow

@@ -33,9 +33,9 @@ import pytest
 
 from engine.benchmarks.analyst import BENCHMARK
 from engine.storage import EpisodeStore
-from ray_jobs.configs import compose
+from ray_jobs.cluster.session import Session
+from ray_jobs.config.compose import compose
 from ray_jobs.run import run_sweep
-from ray_jobs.session import Session
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import REPO, run_module
 
@@ -208,7 +208,7 @@ def red_team_run(tmp_path_factory):
             assert srv.auth and set(srv.auth) == {f"Bearer {KEY}"}       # the key was in use
     finally:
         os.environ.pop("DATELINE_RT_KEY", None)
-    rep = run_module("ray_jobs.cli", "report", str(run), "--out", str(tmp / "report"), "--boot", "20", timeout=600)
+    rep = run_module("ray_jobs.cli.main", "report", str(run), "--out", str(tmp / "report"), "--boot", "20", timeout=600)
     assert rep.returncode == 0, rep.stderr[-3000:]
     store = EpisodeStore(run, BENCHMARK.episode_fields)
     eps = {ATTACKS[e["seed"] % len(ATTACKS)][0]: e for e in store.episodes().to_pylist()}
@@ -330,9 +330,9 @@ def test_audit_unsafe_is_marked_on_every_number(tmp_path):
                          "run.progress=false", "cluster.num_cpus=4", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "AUDIT_UNSAFE" in out.stdout
-    tables = run_module("ray_jobs.cli", "tables", str(tmp_path), timeout=120)
+    tables = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=120)
     assert "AUDIT_UNSAFE" in tables.stdout
-    rep = run_module("ray_jobs.cli", "report", str(tmp_path), "--out", str(tmp_path / "r"), "--boot", "20", timeout=300)
+    rep = run_module("ray_jobs.cli.main", "report", str(tmp_path), "--out", str(tmp_path / "r"), "--boot", "20", timeout=300)
     assert rep.returncode == 0 and "AUDIT_UNSAFE" in (tmp_path / "r" / "report.md").read_text()
 
 

@@ -171,7 +171,7 @@ def test_stale_built_checklist_is_an_error(tasks_dir):
 
 @pytest.mark.slow
 def test_cli_builds_missing_checklists_with_the_configured_judge(tasks_dir, tmp_path, monkeypatch):
-    from ray_jobs.cli import main
+    from ray_jobs.cli.main import main
 
     with FakeOpenAI(judge) as srv:
         rc = main(["analyst-checklists", f"benchmark.tasks_dir={tasks_dir}", "judge=openai_compatible",

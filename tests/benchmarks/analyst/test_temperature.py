@@ -41,7 +41,7 @@ def test_analyst_episodes_sample_at_0_6(tmp_path):
 
 @pytest.mark.slow
 def test_agent_configs_set_it():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     for agent in ("analyst", "analyst_agentic"):
         a = compose(["benchmark=analyst", f"agent={agent}"]).agent

@@ -112,7 +112,7 @@ def test_concurrent_reservations_never_exceed_the_cap():
 
 
 def test_budget_config_validation():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     cfg = compose(["run.budget.max_output_tokens=600", "run.budget.max_usd=2.5"])
     assert Caps.of(cfg.run.budget) == Caps(max_usd=2.5, max_output_tokens=600)
@@ -126,8 +126,8 @@ def test_recorded_spend_counts_finished_runs_and_killed_ones(tmp_path):
     that were killed from their last ledger snapshot; a finished run's snapshot is superseded."""
     from engine.config import to_plain
     from engine.storage import EpisodeStore
-    from ray_jobs.budget import exhausted_before_start, recorded_spend
-    from ray_jobs.configs import compose
+    from ray_jobs.budget.records import exhausted_before_start, recorded_spend
+    from ray_jobs.config.compose import compose
 
     cfg = compose([f"run.dir={tmp_path}", "model.price_gpu_hour=2"])
     store = EpisodeStore(tmp_path)
@@ -152,8 +152,8 @@ def test_a_closed_budget_stays_closed_until_its_cap_is_raised(tmp_path):
     the same caps start nothing, not even a call small enough to fit under what is left; another
     cap binding, or the closing cap raised, opens it again. A killed run's snapshot counts too."""
     from engine.storage import EpisodeStore
-    from ray_jobs.budget import exhausted_before_start, recorded_closure
-    from ray_jobs.configs import compose
+    from ray_jobs.budget.records import exhausted_before_start, recorded_closure
+    from ray_jobs.config.compose import compose
 
     b = Budget(Caps(max_output_tokens=160), initial=Spend(tokens_out=68))
     assert b.reserve(0, 100) is None and b.summary()["closed_cap"] == "max_output_tokens"
@@ -256,7 +256,7 @@ def test_episode_runner_stores_budget_exhausted_with_its_steps():
 
 # -- the driver, end to end (local Ray, scripted model) ----------------------------------------
 def livenews_cfg(url, run_dir, *extra):
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     return compose(["benchmark=livenews", "agent=livenews", "agent.max_tokens_turn=100", "benchmark.limit=6",
                     "model=openai_compatible", f"model.base_url={url}", "model.name=fake", "model.api_key_env=",
@@ -275,9 +275,9 @@ def test_run_stops_at_the_cap_and_resumes_with_a_larger_budget(tmp_path):
 
     from engine.benchmarks.livenews import BENCHMARK
     from engine.storage import EpisodeStore
-    from ray_jobs.budget import recorded_spend
+    from ray_jobs.budget.records import recorded_spend
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run
-    from ray_jobs.session import Session
 
     with FakeOpenAI(livenews_responder()) as srv:
         session = Session()
@@ -319,8 +319,8 @@ def test_run_stops_at_the_cap_and_resumes_with_a_larger_budget(tmp_path):
 @pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_estimate_projects_a_pilot(tmp_path, capsys):
-    from ray_jobs.estimate import PILOT_DIR, estimate_point, totals
-    from ray_jobs.session import Session
+    from ray_jobs.cluster.session import Session
+    from ray_jobs.run.estimate import PILOT_DIR, estimate_point, totals
 
     with FakeOpenAI(livenews_responder()) as srv:
         session = Session()
@@ -350,7 +350,7 @@ def test_estimate_cli_sweep(tmp_path, monkeypatch, capsys):
     """``dateline estimate --tasks 1 -m ...``: one pilot and table per sweep point, then the totals."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from ray_jobs.cli import main
+    from ray_jobs.cli.main import main
 
     monkeypatch.setattr("sys.argv", ["dateline"])
     assert main(["estimate", "--tasks=0"]) == 2
@@ -372,7 +372,7 @@ def test_a_self_judge_shares_the_ledger_whatever_the_models_gpu_price():
     """The judge's token prices are compared with the model's token prices (uptime is paid once,
     by the replicas): a self-judging model with a GPU-hour price shares the run's ledger."""
     from engine.config import Config, JudgeConfig, ModelConfig
-    from ray_jobs.budget import judge_prices_match
+    from ray_jobs.budget.gates import judge_prices_match
 
     m = ModelConfig(price_input_per_mtok=1.0, price_output_per_mtok=2.0, price_gpu_hour=3.0, num_gpus=1)
     assert judge_prices_match(Config(model=m, judge=JudgeConfig(kind="self")))

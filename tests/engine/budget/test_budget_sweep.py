@@ -110,7 +110,7 @@ def test_a_sweep_ledger_prices_and_records_each_point():
 
 # -- records, scope and config ---------------------------------------------------------------------
 def test_budget_scope_is_validated():
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     assert compose([]).run.budget.scope == "sweep"
     assert compose(["run.budget.scope=point"]).run.budget.scope == "point"
@@ -119,11 +119,12 @@ def test_budget_scope_is_validated():
 
 
 def test_points_of_a_sweep_must_agree_on_its_budget():
-    from ray_jobs.budget import check_sweep_budgets
-    from ray_jobs.configs import compose
+    from ray_jobs.budget.sweep import check_sweep_budgets
+    from ray_jobs.config.compose import compose
+    from ray_jobs.config.point import resolve
 
     def cfg(*o: str):
-        return compose(["benchmark=livenews", "agent=livenews", *o])
+        return resolve(compose(["benchmark=livenews", "agent=livenews", *o]))
 
     a, b = cfg("agent.max_searches=1", "run.budget.max_usd=5"), cfg("agent.max_searches=3", "run.budget.max_usd=6")
     with pytest.raises(ConfigError, match=r"run\.budget\.max_usd: .*\[agent\.max_searches=1\].*"
@@ -142,9 +143,16 @@ def test_a_sweep_ledgers_records_count_per_point_and_close_the_same_sweep(tmp_pa
     """A killed sweep's snapshot counts each point's part for that point; a finished run's info
     (with the ledger's run_id) supersedes it. A closure binds the same sweep again, not another
     set of points, and not a point ledger of one of them."""
+    from dataclasses import replace
+
     from engine.storage import EpisodeStore
-    from ray_jobs.budget import exhausted_before_start, recorded_closure, recorded_spend, sweep_ledger
-    from ray_jobs.configs import compose
+    from ray_jobs.budget.records import exhausted_before_start, recorded_closure, recorded_spend
+    from ray_jobs.budget.sweep import sweep_ledger
+    from ray_jobs.config.compose import compose
+    from ray_jobs.config.point import resolve
+
+    def spec(c, h):                   # the point of configuration c, as if its hash were h
+        return replace(resolve(c), config_hash=h)
 
     store = EpisodeStore(tmp_path)
     over = [f"run.dir={tmp_path}", "benchmark=livenews", "agent=livenews", "run.budget.max_output_tokens=100"]
@@ -158,14 +166,14 @@ def test_a_sweep_ledgers_records_count_per_point_and_close_the_same_sweep(tmp_pa
                                                     "budget": {"run_id": "s1", "scope": "sweep"}})
     assert recorded_spend(cfg, store, "a").tokens_out == 61 and recorded_spend(cfg, store, "b").tokens_out == 30
 
-    ledger = sweep_ledger([(cfg, store, "a"), (cfg, store, "b")])
+    ledger = sweep_ledger([(spec(cfg, "a"), store), (spec(cfg, "b"), store)])
     assert ledger is not None and ledger.initial.tokens_out == 91
     assert "closed by an earlier run" in ledger.exhausted_before_start()
-    other = sweep_ledger([(cfg, store, "a"), (cfg, store, "c")])
+    other = sweep_ledger([(spec(cfg, "a"), store), (spec(cfg, "c"), store)])
     assert other is not None and other.closed is None and other.exhausted_before_start() == ""
     assert recorded_closure(cfg, store, "a") is None and exhausted_before_start(cfg, store, "a") == ""
-    assert sweep_ledger([(cfg, store, "a")]) is None                                   # one point: its own
-    assert sweep_ledger([(compose([*over, "run.budget.scope=point"]), store, h) for h in "ab"]) is None
+    assert sweep_ledger([(spec(cfg, "a"), store)]) is None                             # one point: its own
+    assert sweep_ledger([(spec(compose([*over, "run.budget.scope=point"]), h), store) for h in "ab"]) is None
 
 
 def test_the_actor_restores_from_the_newest_snapshot_of_its_run(tmp_path):
@@ -265,7 +273,7 @@ class Served:
 
 
 def sweep_cfgs(url: str, run_dir: Any, *extra: str, points: tuple[int, ...] = (1, 3)) -> list[Any]:
-    from ray_jobs.configs import compose
+    from ray_jobs.config.compose import compose
 
     return [compose(["benchmark=livenews", "agent=livenews", f"agent.max_searches={n}", "model=openai_compatible",
                      f"model.base_url={url}", "model.name=fake", "model.api_key_env=", f"run.dir={run_dir}",
@@ -292,9 +300,9 @@ def test_one_cap_stops_every_point_of_a_sweep(tmp_path):
     each point spent. The same sweep again sends nothing; one point alone (scope=point) counts only
     its own spend and runs on."""
     from engine.storage import EpisodeStore
-    from ray_jobs.budget import recorded_spend
+    from ray_jobs.budget.records import recorded_spend
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import run_sweep
-    from ray_jobs.session import Session
 
     served = Served()
     with FakeOpenAI(served) as srv:
@@ -408,10 +416,10 @@ def test_a_killed_ledger_restarts_from_its_snapshot_and_the_cap_holds(tmp_path, 
     whole cap through again after the kill."""
     import ray
 
-    import ray_jobs.budget
-    from ray_jobs.session import Session
+    import ray_jobs.budget.ledger
+    from ray_jobs.cluster.session import Session
 
-    monkeypatch.setattr(ray_jobs.budget, "UPTIME_REPORT_S", 0.3)
+    monkeypatch.setattr(ray_jobs.budget.ledger, "UPTIME_REPORT_S", 0.3)
     served = Served()
     cap = 200
     with FakeOpenAI(served, delay_s=0.2) as srv:
@@ -449,11 +457,11 @@ def test_a_ledger_lost_for_good_stores_nothing_as_a_result(tmp_path, monkeypatch
     non-zero; the same command runs them."""
     import ray
 
-    import ray_jobs.budget
+    import ray_jobs.budget.ledger
+    from ray_jobs.cluster.session import Session
     from ray_jobs.run import exit_code, run_sweep
-    from ray_jobs.session import Session
 
-    monkeypatch.setattr(ray_jobs.budget, "UPTIME_REPORT_S", 0.3)
+    monkeypatch.setattr(ray_jobs.budget.ledger, "UPTIME_REPORT_S", 0.3)
     served = Served()
     with FakeOpenAI(served, delay_s=0.2) as srv:
         session = Session()

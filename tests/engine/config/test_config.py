@@ -13,7 +13,7 @@ from engine.config import ModelConfig
 from engine.errors import ConfigError
 from engine.hosting.prepare_model import default_model_dir
 from ray_jobs.config.compose import compose
-from ray_jobs.run import plan
+from ray_jobs.run import plan, resolve
 from tests.helpers import REPO, run_module
 
 
@@ -94,15 +94,15 @@ def test_api_key_env_must_exist_and_key_is_not_in_config(monkeypatch):
 
 def test_episode_ids_depend_on_what_determines_results(tmp_path):
     base = ["benchmark.limit=3", f"run.dir={tmp_path}"]
-    a = plan(compose(base))
+    a = plan(resolve(compose(base)))
     assert len({s.episode_id for s in a.specs}) == 3
-    same = plan(compose(base + ["cluster.num_workers=4", "run.progress=false", "benchmark.limit=2"]))
+    same = plan(resolve(compose(base + ["cluster.num_workers=4", "run.progress=false", "benchmark.limit=2"])))
     assert [s.episode_id for s in same.specs] == [s.episode_id for s in a.specs[:2]]
     for change in ("agent.max_operations=5", "model.temperature=0.5", "index.top_k=3", "run.seed=1",
                    "agent.guided_json=true"):
-        other = plan(compose(base + [change]))
+        other = plan(resolve(compose(base + [change])))
         assert not {s.episode_id for s in other.specs} & {s.episode_id for s in a.specs}, change
-    seeds = plan(compose(base + ["run.num_seeds=2"]))
+    seeds = plan(resolve(compose(base + ["run.num_seeds=2"])))
     assert len(seeds.specs) == 6
 
 

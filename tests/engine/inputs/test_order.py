@@ -65,10 +65,10 @@ def test_the_run_dir_records_the_order_beside_the_task_set(tmp_path):
     import json
 
     from ray_jobs.config.compose import compose
-    from ray_jobs.run.planning import plan_point
+    from ray_jobs.run import plan_point, resolve
 
     cfg = compose(["agent=newsagent_rule_based", "benchmark.limit=3", f"run.dir={tmp_path}", "run.order_seed=5"])
-    pt = plan_point(cfg)
+    pt = plan_point(resolve(cfg))
     rec = json.loads((tmp_path / "order.json").read_text())
     [(tset, r)] = rec.items()
     assert r["order"] == "random" and r["seed"] == 5 and r["n_tasks"] == 3
