@@ -11,8 +11,9 @@ vs search budget) or per-task chart (analyst: checklist by task). Per pairwise d
 win-rate matrix (heatmap), Bradley-Terry ratings, dimension-wise win/tie/loss shares, sign
 tests, position bias, judge failures, and agreement with human labels when a file is given.
 
-Computing and rendering are apart: ``compute_runs`` and ``compute_pairwise`` turn directories
-into sections (dataclasses of numbers, estimates and labels; prices by ``engine.budget.cost``);
+Computing and rendering are apart: ``compute_runs`` (with ``costs``; ``leaderboard`` for several
+run dirs together) and ``compute_pairwise`` turn directories into sections (``sections``:
+dataclasses of numbers, estimates and labels; prices by ``engine.budget.cost``);
 ``render_runs``, ``render_pairwise`` and ``plots`` put sections on a ``page.Page`` (Markdown,
 HTML, PNG).
 """
@@ -25,9 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from engine.budget.cost import Prices, parse_overrides
-from engine.errors import DataError
+from engine.errors import CliError, DataError
 from engine.runtime.logs import configure as configure_logging
-from engine.errors import CliError
 from ray_jobs.outputs.report.compute_pairwise import (
     PairwiseSection,
     load_verdicts,
@@ -36,12 +36,14 @@ from ray_jobs.outputs.report.compute_pairwise import (
     sign_tests,
     stage_summaries,
 )
-from ray_jobs.outputs.report.compute_runs import BenchmarkSection, cross_run_section, run_sections
+from ray_jobs.outputs.report.compute_runs import run_sections
 from ray_jobs.outputs.report.headline import headlines, render_headline, render_provenance
+from ray_jobs.outputs.report.leaderboard import cross_run_section
 from ray_jobs.outputs.report.page import Page
 from ray_jobs.outputs.report.plots import plot_names
 from ray_jobs.outputs.report.render_pairwise import render_pairwise, summary_text
 from ray_jobs.outputs.report.render_runs import render_benchmark, render_cross_runs
+from ray_jobs.outputs.report.sections import BenchmarkSection
 
 __all__ = ["build", "main", "pairwise_summary", "read_human", "sign_tests", "load_verdicts", "plot_names"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from engine.benchmarks import get_benchmark
 from engine.scoring import outcomes
 from engine.scoring.judges import SELF_JUDGED
-from ray_jobs.outputs.report.compute_runs import BenchmarkSection, JudgedBlock
-from ray_jobs.outputs.report.page import Page, est, num
+from ray_jobs.outputs.report.page import Page, est
+from ray_jobs.outputs.report.sections import BenchmarkSection, JudgedBlock, num
 
 ALPHA = 0.05
 

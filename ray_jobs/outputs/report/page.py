@@ -1,6 +1,7 @@
 """The report page: Markdown and HTML assembled side by side, figures saved as PNG next to them
 and embedded in the HTML, tables sortable, searchable and filterable in a browser (``tables``),
-and the number formats every section uses."""
+and the number formats every section uses (``num``, the precision, lives in ``sections``: the
+leaderboard ranks by it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from engine.scoring import stats
 from ray_jobs.outputs.report import tables
+from ray_jobs.outputs.report.sections import num
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -129,15 +131,6 @@ def _td(text: str) -> str:
     if "INCOMPLETE" in text:
         return f'<td class="incomplete"><b>{html.escape(text)}</b></td>'
     return f"<td>{html.escape(text)}</td>"
-
-
-def num(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    a = abs(v)
-    if a >= 1 and float(v).is_integer():
-        return f"{int(v):,}"
-    return f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 10 else f"{v:.1f}" if a < 1000 else f"{v:,.0f}"
 
 
 def est(e: stats.Estimate) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ray_jobs.outputs.report.compute_pairwise import Dimensions, Ratings
-from ray_jobs.outputs.report.compute_runs import Curve, PerTask, TokensChart
+from ray_jobs.outputs.report.sections import Curve, PerTask, TokensChart
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

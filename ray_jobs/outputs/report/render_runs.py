@@ -1,4 +1,4 @@
-"""A run directory's sections (``compute_runs``) on the page: text, tables and figures."""
+"""A run directory's sections (``compute_runs``, ``leaderboard``) on the page: text, tables and figures."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ from engine.scoring import outcomes, stats
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import plots
-from ray_jobs.outputs.report.compute_runs import (
-    BenchmarkSection,
-    ConfigGroup,
-    CostRow,
-    CrossRunSection,
-    JudgedBlock,
-    Leaderboard,
-)
-from ray_jobs.outputs.report.page import Cell, Link, Page, ci, est, num
+from ray_jobs.outputs.report.leaderboard import CrossRunSection, Leaderboard
+from ray_jobs.outputs.report.page import Cell, Link, Page, ci, est
+from ray_jobs.outputs.report.sections import BenchmarkSection, ConfigGroup, CostRow, JudgedBlock, num
 
 
 def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> None:
