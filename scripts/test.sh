@@ -11,4 +11,22 @@ PY="${DATELINE_VENV:-$REPO/.venv}/bin/python"
 # ray_jobs/ ([tool.mypy]). The same two run in pre-commit (.pre-commit-config.yaml).
 "$PY" -m ruff check --no-cache .
 "$PY" -m mypy
-exec "$PY" -m pytest -ra --durations=30 "$@"
+# Arguments (a path, -k, -x...): one pytest run of them, as before.
+if [ "$#" -gt 0 ]; then
+    exec "$PY" -m pytest -ra --durations=30 "$@"
+fi
+# The whole suite, in two pytest runs; both always run, and either failing (exit 5, no test
+# collected, included) fails the command:
+# 1. every test that is neither `real` nor `serial`, on two xdist workers (each its own RAY_TMPDIR;
+#    Ray, `ray start` and the servers the tests start take free ports);
+# 2. the `real` tests (most start vLLM on CPU, which takes every core; those needing only a model
+#    endpoint share one server, tests/conftest.py `shared_vllm`) and the `serial` ones, one at a time.
+status=0
+"$PY" -m pytest -ra --durations=30 -n 2 --dist worksteal -m "not real and not serial" || status=$?
+echo "scripts/test.sh: the parallel part exited $status" >&2
+serial=0
+"$PY" -m pytest -ra --durations=30 -m "real or serial" || serial=$?
+echo "scripts/test.sh: the serial part (real and serial tests) exited $serial" >&2
+if [ "$status" -ne 0 ] || [ "$serial" -ne 0 ]; then
+    exit 1
+fi

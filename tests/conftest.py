@@ -13,7 +13,10 @@
   as ``real(model=False)``, real data too large for the dev loop. When
   the model is not prepared it is skipped with the folder and the command that prepares it,
   unless ``DATELINE_CI=1`` (``scripts/test.sh`` sets it): then a missing model is a failure, so
-  the whole suite never passes by skipping them.
+  the whole suite never passes by skipping them. Those that only need a model to answer share one
+  vLLM server per pytest process (the ``shared_vllm`` fixture); tests of hosting start their own.
+* ``@pytest.mark.serial``: the test must never run beside another. ``scripts/test.sh`` runs the
+  rest on two xdist workers, then the ``real`` and ``serial`` tests one at a time.
 
 ``DATELINE_CI=1`` also selects the full example counts of the fuzz tests (``tests.helpers.FULL``).
 """
@@ -34,7 +37,7 @@ import pytest
 # process reads them, whatever its own setting.
 sys.dont_write_bytecode = False
 
-from tests.helpers import REPO, prepared_model_dir, ray_temp_dir  # noqa: E402 (after the bytecode switch)
+from tests.helpers import REPO, SharedModelServer, prepared_model_dir, ray_temp_dir  # noqa: E402 (after the switch)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -43,9 +46,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SAMPLE = REPO / "engine" / "benchmarks" / "newsagent" / "sample_data"
 
 # Every Ray this run starts (in process, in a subprocess, `ray start`) keeps its sessions here:
-# the marker check below reads it, and runs of other users of the machine stay out of it. Short,
-# because Ray's unix socket paths live under it.
-os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dl-ray-", dir=os.environ.get("RAY_TMPDIR", "/tmp"))
+# the marker check below reads it, and runs of other users of the machine stay out of it. One per
+# pytest process: an xdist worker (which inherits its controller's environment) makes its own beside
+# the controller's, not inside it. Short, because Ray's unix socket paths (at most 107 characters)
+# live under it.
+_RAY_BASE = os.environ.setdefault("DATELINE_TEST_RAY_BASE", os.environ.get("RAY_TMPDIR", "/tmp"))
+os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dl-ray-", dir=_RAY_BASE)
+
+# The one vLLM server of this pytest process that real-model tests needing only an endpoint share
+# (the ``shared_vllm`` fixture): stopped after the last test using it (or at the session's end).
+_shared_model = SharedModelServer()
 
 
 def _ray_sessions() -> set[str]:
@@ -67,6 +77,11 @@ def _runs() -> set[str]:
         return set()
 
 
+@pytest.hookimpl(trylast=True)          # after -m and -k have deselected
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    _shared_model.users = {i.nodeid for i in items if SharedModelServer.FIXTURE in getattr(i, "fixturenames", ())}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _sessions_before[item.nodeid] = _ray_sessions()
@@ -79,6 +94,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     result = yield
+    _shared_model.release(item.nodeid)
     made = _runs() - _runs_before.pop(item.nodeid, set())
     if made:
         raise pytest.fail.Exception(
@@ -115,6 +131,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import shutil
     import sys
 
+    _shared_model.stop()
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()
     if exitstatus == 0 or not _ray_sessions():
@@ -124,6 +141,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     return prepared_model_dir()
+
+
+@pytest.fixture
+def shared_vllm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """An ``Endpoint`` of this run's one shared vLLM server on the prepared model, with the engine
+    settings a replica gets here (:class:`tests.helpers.SharedModelServer`): for a real-model test
+    that needs a model to answer, not a server of its own. Started by the first test asking for it
+    (its log: ``shared-vllm.log`` under pytest's base temp folder), stopped after the last."""
+    return _shared_model.get(model_dir, tmp_path_factory.getbasetemp() / "shared-vllm.log")
 
 
 @pytest.fixture(scope="session")

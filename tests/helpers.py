@@ -38,6 +38,55 @@ def prepared_model_dir() -> Path:
     pytest.skip(why)
 
 
+class SharedModelServer:
+    """One vLLM server on the prepared model for the real-model tests that need *a* model endpoint,
+    not a server of their own (the ``shared_vllm`` fixture of tests/conftest.py): started by the
+    first of them with the engine arguments and environment a replica of the default model gets on
+    this machine (``engine_settings``, as in ``dateline run``), and stopped after the last of them
+    in this pytest run (``release``), or at the run's end. Tests of hosting itself (a replica's
+    start, kill, restart, stop, reproducible mode, its process tree) start their own."""
+
+    FIXTURE = "shared_vllm"
+
+    def __init__(self) -> None:
+        self.server: Any = None
+        self.endpoint: Any = None
+        self.users: set[str] = set()        # node ids of the tests still to run that use it
+        self.starts = 0
+
+    def get(self, model_dir: Path, log_path: Path) -> Any:
+        """The server's endpoint (an ``engine.llm.Endpoint``), started on first use."""
+        if self.server is None:
+            from engine.hosting.vllm_server import VLLMServer, engine_settings
+            from engine.llm import Endpoint
+            from ray_jobs.config.compose import compose
+
+            cfg = compose([f"model.path={model_dir}"]).model
+            args, env = engine_settings(cfg)            # what a replica of it runs with on this machine
+            server = VLLMServer(str(model_dir), cfg.served_name, engine_args=args, env=env, host="127.0.0.1",
+                                log_path=log_path)
+            server.start()
+            try:
+                server.wait_healthy(cfg.startup_timeout_s)
+            except BaseException:
+                server.stop()
+                raise
+            self.server, self.starts = server, self.starts + 1
+            self.endpoint = Endpoint(server.local_url() + "/v1", cfg.served_name)
+        return self.endpoint
+
+    def release(self, nodeid: str) -> None:
+        """Test ``nodeid`` is done: stop the server when no test left in this run uses it."""
+        self.users.discard(nodeid)
+        if not self.users:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = self.endpoint = None
+
+
 def run_module(module: str, *args: str, timeout: float, **kw: Any) -> subprocess.CompletedProcess[str]:
     """``python -m module args...`` from the repository root, with Ray's usage stats and auth off,
     output captured as text (``dateline run`` is ``run_module("ray_jobs.run", ...)``)."""

@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(2400)]
 
 
 def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
+    """Why it takes minutes: one vLLM start, then two episodes (reports of up to 700 tokens, up to 4
+    tool steps) and their judge rounds (8 criteria, the claims), all generated on CPU by the model."""
     # sweep agent.mode, not the agent group: Hydra validates the other overrides against the
     # primary config, whose agent group must already be analyst
     out = run_module("ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",

@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
 
 def test_reproducible_mode_gives_identical_actions_and_metrics_in_any_arrival_order(sample_index, sample_dataset,
                                                                                      tmp_path):
+    """Why it takes minutes: a vLLM start of its own (reproducible settings: one sequence at a time, no
+    prefix cache, so not the shared server) and the same 4 episodes run twice, a request at a time."""
     server = start_server(True, tmp_path / "vllm.log")
     try:
         assert "--no-enable-prefix-caching" in server.cmd and server.cmd[server.cmd.index("--max-num-seqs") + 1] == "1"

@@ -59,6 +59,8 @@ def _kill_server(parent: int, killed: list[int]) -> bool:
 
 
 def test_a_killed_replica_is_restarted_and_the_run_completes(tmp_path):
+    """Why it takes minutes: three vLLM starts (the first, and a restart after each SIGKILL) while 4
+    episodes wait and go on; the second kill shows that a restarted replica is watched too."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "ray_jobs.run", "benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4",
            "agent.max_searches=2", "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none",

@@ -20,6 +20,8 @@ QWEN = "qwen2.5-coder-0.5b-instruct"
 
 
 def test_a_run_judged_by_two_judges_reports_two_labelled_sets(tmp_path):
+    """Why it takes minutes: two runs into one run dir (the two labelled sets must meet there) and three
+    vLLM starts: the model under test and the second judge in the first run, the model in the second."""
     base = ["benchmark=livenews", "agent=livenews_guided", "benchmark.limit=2",
             "agent.max_searches=1", "agent.max_visits=1", "agent.max_tokens_turn=192", f"run.dir={tmp_path}",
             "run.progress=false"]

@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 
 def test_budget_sweep_is_one_job_with_one_model_start(tmp_path):
+    """Why it takes minutes: one vLLM start, then 6 episodes of up to 5 turns and their grading on CPU;
+    two sweep points are the fewest that show one model start serving a whole sweep."""
     out = run_module("ray_jobs.run", "-m", "benchmark=livenews", "agent=livenews_guided",
            "agent.max_searches=1,3", "benchmark.limit=3", "judge=self", "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256",
            f"run.dir={tmp_path}", "run.progress=false", "cluster.episodes_per_worker=6", timeout=1700)

@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 
 def test_pairwise_judge_on_the_offline_model(tmp_path):
+    """Why it takes minutes: a run to judge (Ray, no model), then `dateline pairwise` hosting the judge
+    (its own vLLM start: the hosted judge is what it checks) for 4 verdicts of up to 640 tokens on CPU."""
     run_dir, out = tmp_path / "run", tmp_path / "pw"
     gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2", "run.order=data",
                      f"run.dir={run_dir}", "run.progress=false", timeout=900)

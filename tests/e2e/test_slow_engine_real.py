@@ -32,6 +32,8 @@ def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
 
 
 def test_a_real_run_on_cores_shared_with_two_busy_loops_finishes_with_nothing_failed(tmp_path):
+    """Why it takes minutes: a vLLM start and an episode on cores two busy loops also want, so every
+    step is slower than on idle cores; that load is what it checks."""
     loops = busy_loops(2)
     try:
         out = run_module("ray_jobs.run", "agent=newsagent", "benchmark.limit=1", "agent.max_operations=2",

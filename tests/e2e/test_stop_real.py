@@ -186,6 +186,8 @@ def stop_run(argv: list[str], run_dir: Path, sig: int, group: bool, ready: Any, 
 @pytest.mark.ray
 @pytest.mark.timeout(2400)
 def test_sigint_sigint_to_the_group_and_sigterm_stop_a_real_run_and_the_same_command_finishes_it(tmp_path):
+    """Why it takes minutes: four real runs in a row, each starting Ray and vLLM (three stopped once the
+    model serves, since a stop is realistic only then, and the one that finishes the run)."""
     overrides = ["benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4", "agent.max_searches=2",
                  "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none", f"run.dir={tmp_path}",
                  "run.progress=false", "run.flush_interval_s=0"]       # a finished episode is stored at once
