@@ -134,10 +134,10 @@ def store_counts(overrides: list[str]) -> tuple[int, int, int, int]:
     from dateline import compose
     from engine.benchmarks import get_benchmark
     from engine.storage import EpisodeStore
-    from ray_jobs.run import plan, run_dir
+    from ray_jobs.run import plan, resolve, run_dir
 
     cfg = compose(overrides)
-    p = plan(cfg)
+    p = plan(resolve(cfg))
     rows = EpisodeStore(run_dir(cfg), get_benchmark(cfg.benchmark.name).episode_fields).episodes(
         ["episode_id", "status"], config_hash=p.config_hash).to_pylist()
     status = {r["episode_id"]: r["status"] for r in rows}
