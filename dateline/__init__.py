@@ -32,14 +32,14 @@ def run(cfg: Config) -> dict[str, Any]:
     """Run one configuration (resuming what its run dir holds); its run info."""
     from ray_jobs.run.sweep import run as _run
 
-    return _run(cfg)
+    return dict(_run(cfg))
 
 
 def run_sweep(cfgs: list[Config]) -> list[dict[str, Any]]:
     """Run several configurations as one job (one queue per model, shared replicas)."""
     from ray_jobs.run.sweep import run_sweep as _run_sweep
 
-    return _run_sweep(cfgs)
+    return [dict(i) for i in _run_sweep(cfgs)]
 
 
 class Results:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from engine.runtime.progress import table  # stdlib only: the CLI starts fast
 from engine.errors import CliError
+from engine.runtime.progress import table  # stdlib only: the CLI starts fast
 
 
 def _require_run_dir(path: str, table: str = "episodes") -> None:
@@ -39,8 +38,7 @@ def metrics(a: argparse.Namespace) -> int:
     from engine.scoring.judges import SELF_JUDGED
     from engine.scoring.metric_table import store_benchmarks
     from engine.scoring.outcomes import count_notes, interval_cell, n_cell
-    from engine.scoring.views import first_per_config
-    from engine.scoring.views import reduce_store
+    from engine.scoring.views import first_per_config, reduce_store
     from engine.storage import EpisodeStore
 
     names = _pick(store_benchmarks(EpisodeStore(a.run_dir)), a.run_dir, a.benchmark)

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.benchmarks import get_benchmark
+from engine.errors import CliError
 from engine.scoring.anytime import rescale
 from engine.scoring.metric_table import store_benchmarks
 from engine.scoring.outcomes import episode_values
 from engine.scoring.racing import Design, replay
 from engine.scoring.views import config_views
 from engine.storage import EpisodeStore, is_run_dir
-from engine.errors import CliError
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from engine.scoring.pairwise import (
     position_bias,
     slot,
 )
-from engine.storage import PairwiseStore
 from engine.scoring.pairwise_plan import PLAN_FILE, collect, plan_config
+from engine.storage import PairwiseStore
 
 Matrix = npt.NDArray[np.float64]
 SignTest = tuple[int, int, int, int, float, float, int]     # a, b, wins of a, wins of b, p, Holm p, ties
