@@ -11,7 +11,12 @@ The stages, in the order they run (each module's docstring says what it does):
 ``sweep.py``          ``run_sweep``: the stages below as a table of contents
 ``planning.py``       each configuration becomes a point: its plan, store and run info
 ``waves.py``          the models hosted in waves that fit the cluster, each wave sized
-``dispatch_loop.py``  one queue per model feeding its workers; rows to the writer and the judges
+``dispatch_loop.py``  one queue per model feeding its workers; rows to the writer and the judges.
+                      It keeps the loop and delegates to units: ``queues.py`` (the episodes waiting, no
+                      Ray), ``workers.py`` (the worker actors), ``sink.py`` (rows to the writer and the
+                      judges), ``budget_watch.py`` (spent budgets, the drain reserve, a lost ledger),
+                      ``adaptive_gate.py`` (the race's pauses and stops), ``pool_control.py`` (pools
+                      released, grown or failing)
 ``judging.py``        the stream of judgements fed as rows are stored
 ``results.py``        failures, the exit code, metrics and the printed summary
 
@@ -21,7 +26,7 @@ This package re-exports what other modules and plugins import from ``ray_jobs.ru
 # what other modules import from here; the identity functions are engine.identity's
 from engine.identity import data_identity, engine_identity
 from ray_jobs.config.point import PointSpec, resolve, run_dir
-from ray_jobs.run.dispatch_loop import interleave
+from ray_jobs.run.queues import interleave
 from ray_jobs.run.entry import hydra_entry
 from ray_jobs.run.info import RunInfo
 from ray_jobs.run.planning import (
