@@ -26,7 +26,6 @@ This package re-exports what other modules and plugins import from ``ray_jobs.ru
 # what other modules import from here; the identity functions are engine.identity's
 from engine.identity import data_identity, engine_identity
 from ray_jobs.config.point import PointSpec, resolve, run_dir
-from ray_jobs.run.queues import interleave
 from ray_jobs.run.entry import hydra_entry
 from ray_jobs.run.info import RunInfo
 from ray_jobs.run.planning import (
@@ -40,6 +39,7 @@ from ray_jobs.run.planning import (
     plan,
     plan_point,
 )
+from ray_jobs.run.queues import interleave
 from ray_jobs.run.results import exit_code, failure_summary, failures, reduce_metrics, summary
 from ray_jobs.run.sweep import run, run_sweep
 from ray_jobs.run.waves import plan_waves
