@@ -106,6 +106,9 @@ def universal_responder():
 
 
 def test_every_model_free_readme_command_runs_as_written(tmp_path):
+    """Why it takes minutes (about 4 on 2 busy cores): each of the README's 23 model-free commands runs
+    as written, in a scratch copy, one after another (runs, reports, exports, race-replay), since
+    several read what an earlier one wrote."""
     readme = (REPO / "README.md").read_text()
     commands = fenced(readme)
     root = tmp_path / "scratch"

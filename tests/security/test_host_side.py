@@ -217,6 +217,10 @@ def s3():
 
 @pytest.fixture(scope="module")
 def host_side_run(tmp_path_factory, s3):
+    """One real agentic analyst run (Ray, the sandbox, an S3 run dir on moto) whose scripted model
+    plays every attack; the tests of this module read what it left. Why it takes minutes (about 4 on
+    2 busy cores): each attack is an episode of sandboxed snippets, and they run as one job so that
+    the host-side code sees them together, as a real run would."""
     endpoint, fs = s3
     tmp = tmp_path_factory.mktemp("hostside")
     tasks = tmp / "tasks"
