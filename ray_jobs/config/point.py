@@ -45,7 +45,8 @@ class PointSpec:
     engine: dict[str, Any]           # engine.identity.engine_identity: weights, engine args, prompt version
     run_dir: Path | str
     model_key: str                   # the pool of the model under test (pool_key(cfg.model))
-    judge_key: str | None            # the pool of a hosted judge model (self or hosted), else None
+    judge_model: ModelConfig | None  # the model a hosted judge (self or hosted) runs on, else None
+    judge_key: str | None            # its pool (pool_key(judge_model)), else None
 
     @property
     def key(self) -> str:
@@ -66,7 +67,8 @@ def resolve(cfg: Config, *, check_paths: bool = False) -> PointSpec:
     jm = judge_model_config(cfg.model, cfg.judge)
     return PointSpec(cfg=cfg, bench=bench, uses_model=uses_model, identity=ident, config_hash=config_hash(ident),
                      engine=engine_identity(cfg, bench, uses_model), run_dir=run_dir(cfg),
-                     model_key=pool_key(cfg.model), judge_key=pool_key(jm) if jm is not None else None)
+                     model_key=pool_key(cfg.model), judge_model=jm,
+                     judge_key=pool_key(jm) if jm is not None else None)
 
 
 def _check_model_paths(cfg: Config, uses_model: bool) -> None:

@@ -8,7 +8,6 @@ import logging
 from engine.budget import Caps
 from engine.config import (
     engine_batch,
-    judge_model_config,
 )
 from engine.runtime.budget_actor import remote_gate
 from ray_jobs.budget.gates import judge_budget_gate, judge_prices_match
@@ -34,7 +33,7 @@ def add_judge(stream: JudgeStream | JudgeFleet, p: Point, session: Session) -> N
     """The point's judge on the stream: its endpoints, and its calls' budget (the point's own
     ledger when the judge's calls are priced like the model's, else a gate from the recorded spend)."""
     cfg = p.cfg
-    hosted = judge_model_config(cfg.model, cfg.judge)
+    hosted = p.spec.judge_model
     eps = judge_endpoints(cfg, lambda m: session.pool(m, p.store.root / "logs", keep=set(session.pools),
                                                       log_uri=p.store.remote_dir("logs")))
     gate = None

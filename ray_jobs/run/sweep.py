@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine import provenance
-from engine.config import Config, judge_model_config, to_plain
+from engine.config import Config, to_plain
 from engine.scoring import metric_table
 from ray_jobs.budget.sweep import SweepLedger, sweep_ledger
 from ray_jobs.cluster import signals
@@ -58,7 +58,7 @@ def _run_sweep(specs: list[PointSpec], session: Session | None, command: Sequenc
     racer = Racer.start(list(points.values()))                             # adaptive.py (None: no rule)
     work = [p for p in points.values() if p.generate or p.judge]
     models = {k: m for p in points.values()
-              for k, m in ((p.spec.model_key, p.cfg.model), (p.spec.judge_key, judge_model_config(p.cfg.model, p.cfg.judge)))
+              for k, m in ((p.spec.model_key, p.cfg.model), (p.spec.judge_key, p.spec.judge_model))
               if m is not None and k is not None}
     try:
         if work:
