@@ -22,7 +22,6 @@ from engine.benchmarks.livenews.build.articles import (
     read_realtimeqa,
 )
 from engine.errors import BadDataError
-from engine.inputs.paths import PACKAGE_ROOT
 from engine.inputs.quarantine import Quarantine
 
 
@@ -204,8 +203,3 @@ def test_read_articles_path_problems_raise(tmp_path: Path, what: str, kind: str)
         read_articles([p], Quarantine())        # a file-level problem raises even when skipping rows
     assert e.value.kind == kind and str(p) in str(e.value)
 
-
-def test_bundled_sample_articles_read_clean() -> None:
-    bad = Quarantine()
-    got = read_articles([PACKAGE_ROOT / "engine/benchmarks/livenews/build/sample_data/articles.jsonl"], bad)
-    assert got and not bad.rows and got == sorted(got, key=lambda a: (a.publish_date, a.url))
