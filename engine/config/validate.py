@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from engine.config.cutoffs import check_date, check_table
 from engine.config.schema import (
     BUDGET_SCOPES,
     HOSTED_JUDGES,
@@ -93,6 +94,8 @@ def validate_model(m: ModelConfig, where: str) -> None:
     _check(_finite(m.top_p) and 0.0 < m.top_p <= 1.0, f"{where}.top_p", f"must be in (0, 1], got {m.top_p!r}")
     for price in ("price_input_per_mtok", "price_output_per_mtok", "price_gpu_hour"):
         _non_negative(getattr(m, price), f"{where}.{price}")
+    if m.knowledge_cutoff is not None:
+        check_date(m.knowledge_cutoff, f"{where}.knowledge_cutoff")
 
 
 def _finite(v: Any) -> bool:
@@ -195,6 +198,7 @@ def validate_adaptive(cfg: Config) -> None:
 def validate(cfg: Config) -> None:
     """Checks a type cannot express. Raises ConfigError naming the field."""
     validate_model(cfg.model, "model")
+    check_table(cfg.knowledge_cutoffs)
     validate_adaptive(cfg)
     i = cfg.index
     _check(i.top_k >= 1, "index.top_k", "must be >= 1")

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.config import Config, ModelConfig, judge_model_config, stable_hash, to_plain, validate
+from engine.config.cutoffs import knowledge_cutoff
 from engine.errors import ConfigError
 from engine.identity import config_hash, config_identity, engine_identity
 from engine.inputs.paths import out_path
@@ -47,6 +48,9 @@ class PointSpec:
     model_key: str                   # the pool of the model under test (pool_key(cfg.model))
     judge_model: ModelConfig | None  # the model a hosted judge (self or hosted) runs on, else None
     judge_key: str | None            # its pool (pool_key(judge_model)), else None
+    # the model's knowledge cutoff (engine/config/cutoffs.py: its own field, else the config's
+    # table), None when unknown or no model is used: how dated results are split, in no id
+    knowledge_cutoff: str | None = None
 
     @property
     def key(self) -> str:
@@ -68,7 +72,8 @@ def resolve(cfg: Config, *, check_paths: bool = False) -> PointSpec:
     return PointSpec(cfg=cfg, bench=bench, uses_model=uses_model, identity=ident, config_hash=config_hash(ident),
                      engine=engine_identity(cfg, bench, uses_model), run_dir=run_dir(cfg),
                      model_key=pool_key(cfg.model), judge_model=jm,
-                     judge_key=pool_key(jm) if jm is not None else None)
+                     judge_key=pool_key(jm) if jm is not None else None,
+                     knowledge_cutoff=knowledge_cutoff(cfg.model, cfg.knowledge_cutoffs, uses_model))
 
 
 def _check_model_paths(cfg: Config, uses_model: bool) -> None:

@@ -32,6 +32,9 @@ class Config:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     stop: StopConfig = field(default_factory=StopConfig)
+    # Known knowledge cutoffs by model name (served name or name -> YYYY-MM-DD), for models whose
+    # config sets no model.knowledge_cutoff: conf/knowledge_cutoffs.yaml, which users extend.
+    knowledge_cutoffs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

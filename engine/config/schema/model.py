@@ -18,6 +18,11 @@ class ModelConfig:
     path: str = ""
     # Name the server reports / the endpoint expects in requests (defaults to ``name``).
     served_name: str = ""
+    # The last date (YYYY-MM-DD) the model's training data reaches. Outputs of dated questions
+    # (livenews) also show every number over the questions dated after it. Null: looked up in
+    # knowledge_cutoffs (conf/knowledge_cutoffs.yaml) by served name, then name; else "cutoff
+    # unknown". A reading setting: changing it re-runs no episode.
+    knowledge_cutoff: str | None = None
     # openai_compatible: the endpoint, e.g. https://api.example.com/v1
     base_url: str = ""
     # openai_compatible: several endpoints serving the same model (a lab's Serve LLM, KServe or vLLM
