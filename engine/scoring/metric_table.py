@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.scoring import outcomes, views
+from engine.scoring import cutoff, outcomes, views
 
-__all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "tables_markdown"]
+__all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "split_notes", "tables_markdown"]
 
 # the store's tables a metric is computed from (steps, calls and messages are not)
 _SOURCES = ("episodes", "judgements", "plans")
@@ -48,8 +48,9 @@ def metric_key(store: Any, benchmarks: Sequence[str]) -> str:
     from engine.scoring import judges, stats
 
     evaluations = [p.evaluation for p in store.plans().values() if p.evaluation]
-    # the shared code (outcomes, stats, judges: which judgement counts), then each benchmark's package
-    shared = _source_digest([Path(m.__file__ or "") for m in (outcomes, stats, judges)])
+    # the shared code (outcomes, stats, judges: which judgement counts; views and the cutoff split:
+    # which rows there are), then each benchmark's package
+    shared = _source_digest([Path(m.__file__ or "") for m in (outcomes, stats, judges, views, cutoff)])
     parts = [store.listing_digest(_SOURCES), shared]
     for name in sorted(benchmarks):
         bench = get_benchmark(name)
@@ -135,6 +136,13 @@ def _data_version(store: Any, bench: Any, evaluations: Sequence[str]) -> str:
     return stable_hash(*parts, n=16)
 
 
+def split_notes(bench: Any, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What every output prints under a table of ``bench``'s metrics rows (one scope) for dated
+    questions: each configuration's knowledge-cutoff split and its primary metrics after the
+    cutoff, or "cutoff unknown" (engine/scoring/cutoff.py); nothing for undated questions."""
+    return cutoff.split_lines(rows, bench.primary_metrics) if cutoff.splits(bench) else []
+
+
 def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_tasks: bool = False) -> str:
     """Every table the benchmarks ``names`` define over ``rows`` (default-view metric rows): one
     set per judge, compared configurations on the tasks all of them finished (``all_tasks``:
@@ -150,6 +158,7 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
             these, notes = views.table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
             notes += sorted({f"**{w}** ({r['model']} [{r['config_hash'][:8]}])" for r in these
                              for w in bench.config_warnings(json.loads(r["agent"] or "{}"))})
+            notes += split_notes(bench, these)
             by = f" (judge {judge})" if judge else " (no judge)"
             warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
                     if any(r["self_judged"] for r in these) else "")

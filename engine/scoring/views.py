@@ -19,6 +19,7 @@ from typing import Any
 
 from engine.identity import dataset_key
 from engine.protocol import MetricRow, Row
+from engine.scoring import cutoff
 from engine.scoring.outcomes import (
     ALL,
     COMMON,
@@ -62,6 +63,10 @@ class ConfigView:
     task_set: str
     family: str = ""                 # configurations compared with each other share it
     judge_weights: str = ""          # the judge's weights id (engine/hosting/weights.py), "" when unknown
+    # the model's knowledge cutoff its plan recorded ("" unknown) and each planned episode's question
+    # date (dated benchmarks): the split of engine/scoring/cutoff.py
+    knowledge_cutoff: str = ""
+    dates: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def plan(self) -> list[Planned]:
@@ -145,7 +150,8 @@ def views_of(store: Any, bench: Any, config_hash: str, plans: Mapping[str, Any],
         mark_unseen(bench, jv.rows)
     return [ConfigView(config_hash, first["model"], first["agent"] or "", first["data"] or "", v.judge,
                        v.judge_model, v.self_judged, v.rows, planned, policy, tset, json.dumps([v.judge, key]),
-                       str(judges.get(v.judge, {}).get("weights") or "") if v.judge else "")
+                       str(judges.get(v.judge, {}).get("weights") or "") if v.judge else "",
+                       sp.knowledge_cutoff if sp is not None else "", sp.dates if sp is not None else {})
             for v in views]
 
 
@@ -184,7 +190,8 @@ def _emit(bench: Any, v: ConfigView, planned: Sequence[Planned] | None, scope: s
     return metric_rows(bench.name, v.model, v.config_hash, v.agent, v.data, rows, v.judge, v.judge_model,
                        v.self_judged, **counts.columns(), score_failures=v.policy, scope=scope,
                        task_set=v.task_set, tasks_dropped=dropped,
-                       note=" ".join(x for x in (text, "" if v.judge else note) if x))
+                       note=" ".join(x for x in (text, "" if v.judge else note) if x),
+                       knowledge_cutoff=v.knowledge_cutoff or None)
 
 
 def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
@@ -296,10 +303,12 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
 
 def metric_rows_of(bench: Any, v: ConfigView, planned: Sequence[Planned] | None) -> tuple[list[MetricRow], Counts]:
     """:func:`metric_rows` of a view, led by ``scored_share`` (scored / planned), which every
-    configuration has in every scope."""
+    configuration has in every scope, and followed by the rows of its knowledge-cutoff split
+    (engine/scoring/cutoff.py: a dated benchmark and a known cutoff only)."""
     rows, counts = metric_rows(bench, v.rows, planned, v.policy, bool(v.judge))
     share = counts.n_scored / counts.n_planned if counts.n_planned else float("nan")
-    return [MetricRow("scored_share", share, counts.n_planned), *rows], counts
+    split = cutoff.split_rows(bench, v.rows, planned, v.policy, bool(v.judge), v.knowledge_cutoff, v.dates)
+    return [MetricRow("scored_share", share, counts.n_planned), *rows, *split], counts
 
 
 def table_rows(rows: Sequence[Mapping[str, Any]], all_tasks: bool = False) -> tuple[list[dict[str, Any]], list[str]]:

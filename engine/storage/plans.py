@@ -5,7 +5,7 @@ a run dir before it runs anything. :class:`~engine.storage.episodes.EpisodeStore
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -20,12 +20,16 @@ from engine.storage.shards import ShardedDir, new_batch_id
 @dataclass(frozen=True)
 class StoredPlan:
     """A configuration's newest plan: its episodes ``(episode_id, task_id, seed, failure)``, the hash of
-    that set, and the run's scoring policy and evaluation settings (JSON) when it was planned."""
+    that set, and the run's scoring policy and evaluation settings (JSON) when it was planned; the
+    date of each episode's question (by episode id, dated questions only) and the model's
+    knowledge cutoff ("" unknown), which split its results (engine/scoring/cutoff.py)."""
     config_hash: str
     episodes: list[tuple[str, str, int, str]]
     task_set: str
     score_failures: str
     evaluation: str
+    dates: dict[str, str] = field(default_factory=dict)
+    knowledge_cutoff: str = ""
 
 
 class PlanTable(ShardedDir):
@@ -33,19 +37,24 @@ class PlanTable(ShardedDir):
     schema: pa.Schema            # the episodes table's schema (the store's benchmark fields included)
 
     def write_plan(self, config_hash: str, planned: Sequence[tuple[str, str, int, str]], task_set: str,
-                   score_failures: str, evaluation: str) -> bool:
+                   score_failures: str, evaluation: str, dates: Sequence[str | None] | None = None,
+                   knowledge_cutoff: str | None = None) -> bool:
         """Record what a run planned for ``config_hash``: ``(episode_id, task_id, seed, failure)``
-        per episode. Skipped (False) when the newest plan stored for it is the same."""
+        per episode, and (``dates``, aligned with it) each one's question date. Skipped (False)
+        when the newest plan stored for it is the same."""
         have = self.plans([config_hash]).get(config_hash)
+        dated = {p[0]: d for p, d in zip(planned, dates or ()) if d}
         if have is not None and have.task_set == task_set and have.score_failures == score_failures \
-                and have.evaluation == evaluation:
+                and have.evaluation == evaluation and have.dates == dated \
+                and have.knowledge_cutoff == (knowledge_cutoff or ""):
             return False
         batch_id = new_batch_id()
         t = pa.Table.from_pydict({
             "config_hash": [config_hash] * len(planned), "batch_id": [batch_id] * len(planned),
             "episode_id": [p[0] for p in planned], "task_id": [p[1] for p in planned],
             "seed": [p[2] for p in planned], "failure": [p[3] for p in planned], "task_set": [task_set] * len(planned),
-            "score_failures": [score_failures] * len(planned), "evaluation": [evaluation] * len(planned)},
+            "score_failures": [score_failures] * len(planned), "evaluation": [evaluation] * len(planned),
+            "date": [dated.get(p[0]) for p in planned], "knowledge_cutoff": [knowledge_cutoff] * len(planned)},
             schema=PLAN_SCHEMA)
         self.write(t, "plans", f"part-{batch_id}.parquet")
         return True
@@ -68,7 +77,10 @@ class PlanTable(ShardedDir):
                                             cast("list[str]", sub["task_id"].to_pylist()),
                                             cast("list[int]", sub["seed"].to_pylist()),
                                             [f or "" for f in sub["failure"].to_pylist()])),
-                                first["task_set"] or "", first["score_failures"] or "", first["evaluation"] or "")
+                                first["task_set"] or "", first["score_failures"] or "", first["evaluation"] or "",
+                                {e: d for e, d in zip(cast("list[str]", sub["episode_id"].to_pylist()),
+                                                      sub["date"].to_pylist()) if d},
+                                first["knowledge_cutoff"] or "")
         return out
 
     def finished_ids(self, config_hash: str | Iterable[str] | None = None,

@@ -110,6 +110,9 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     # the value's 95% interval (engine.scoring.stats.interval; null where there is none) and how it was made:
     # exact | bootstrap | too_few_tasks, "" for a value that is not a mean (older files: null)
     pa.field("lo", pa.float64()), pa.field("hi", pa.float64()), pa.field("interval", pa.string()),
+    # the model's knowledge cutoff (YYYY-MM-DD) its plan was read under (engine/scoring/cutoff.py:
+    # the <metric>.after_cutoff rows are over the questions dated after it); null: unknown
+    pa.field("knowledge_cutoff", pa.string()),
 ]
 
 METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)
@@ -153,6 +156,11 @@ _PLAN_FIELDS: list[pa.Field[Any]] = [
     pa.field("score_failures", pa.string()), # run.score_failures of the run that planned it
     pa.field("evaluation", pa.string()),     # the benchmark's evaluation settings then (JSON)
     pa.field("failure", pa.string()),        # what the episode counts as without a scored result (JSON; "" = the benchmark's default)
+    # the episode's question date, for a benchmark whose questions are dated (engine/scoring/cutoff.py;
+    # null: undated, or planned before it was recorded)
+    pa.field("date", pa.string()),
+    # the model's knowledge cutoff when it was planned (engine/config/cutoffs.py; null: unknown)
+    pa.field("knowledge_cutoff", pa.string()),
 ]
 
 PLAN_SCHEMA = pa.schema(_PLAN_FIELDS)

@@ -35,6 +35,7 @@ from engine.inputs.quarantine import collecting
 from engine.llm import SamplingParams
 from engine.protocol import Benchmark, BenchmarkBase, dumps
 from engine.runtime.dispatch import EpisodeSpec, WorkerSetup, agent_json
+from engine.scoring.cutoff import task_date
 from engine.scoring.outcomes import Planned, task_set
 from engine.storage import EpisodeStore, write_quarantine
 from ray_jobs.budget.gates import budget_exhausted_rows
@@ -227,7 +228,8 @@ def plan_point(spec: PointSpec) -> Point:
     planned = [Planned(s.episode_id, s.task_id, s.seed, _failure_json(bench, s.task)) for s in p.specs]
     tset = task_set(planned)
     store.write_plan(p.config_hash, [(x.episode_id, x.task_id, x.seed, x.failure) for x in planned], tset,
-                     cfg.run.score_failures, dumps(evaluation_settings(cfg.benchmark, bench.evaluation_fields)))
+                     cfg.run.score_failures, dumps(evaluation_settings(cfg.benchmark, bench.evaluation_fields)),
+                     [task_date(bench, s.task) for s in p.specs], spec.knowledge_cutoff)
     _record_order(store, tset, cfg, [s.task_id for s in p.specs])
     info: RunInfo = {"episodes_total": len(p.specs), "episodes_skipped": len(p.specs) - len(p.todo)}
     log.info("%d episodes planned, %d already finished, %d to run -> %s", len(p.specs),

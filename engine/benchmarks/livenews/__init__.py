@@ -47,6 +47,9 @@ class LiveNewsBenchmark(BenchmarkBase):
     judge_metrics = metrics.JUDGE_METRICS
     metric_order = metrics.METRIC_ORDER
     prompt_version = source_version(prompts)
+    # its questions are dated (the event date, stored as the row's ``cutoff``): every number is also
+    # shown over the questions after the model's knowledge cutoff (engine/scoring/cutoff.py)
+    date_field = "cutoff"
     episode_fields: list[pa.Field[Any]] = [
         pa.field("question", pa.string()), pa.field("gold", pa.string()), pa.field("cutoff", pa.string()),
         pa.field("source_domain", pa.string()), pa.field("mode", pa.string()),
@@ -140,6 +143,10 @@ class LiveNewsBenchmark(BenchmarkBase):
 
     def parse_judgement(self, key: str, text: str) -> str | None:
         return parse_grade(text)
+
+    def task_date(self, task: LiveTask) -> str:
+        """The question's event date (what ``date_field`` holds once it ran), recorded in the plan."""
+        return task.question.event_date.isoformat()
 
     def metrics(self, rows: list[dict[str, Any]]) -> list[MetricRow]:
         return metrics.aggregate(rows)
