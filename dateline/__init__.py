@@ -56,7 +56,11 @@ class Results:
     def metrics(self) -> Any:
         """The metrics table (pyarrow): per configuration and judge, every metric with the counts it is
         over, in the default view (each plan's failure policy, every judge), as ``dateline tables`` and
-        the report read it; computed from the store (the cache ``dateline run`` wrote while it is current)."""
+        the report read it; computed from the store (the cache ``dateline run`` wrote while it is current).
+        For dated questions (livenews) it also holds each mean over the questions after the model's
+        knowledge cutoff (``accuracy.after_cutoff``: its own n and interval), the questions on each side
+        (``questions_after_cutoff``, ``questions_before_cutoff``), and the cutoff itself in the
+        ``knowledge_cutoff`` column (null: cutoff unknown; engine/scoring/cutoff.py)."""
         import pyarrow as pa
 
         from engine.scoring.metric_table import metric_table

@@ -36,7 +36,7 @@ def metrics(a: argparse.Namespace) -> int:
     _require_run_dir(a.run_dir)
     from engine.benchmarks import get_benchmark
     from engine.scoring.judges import SELF_JUDGED
-    from engine.scoring.metric_table import store_benchmarks
+    from engine.scoring.metric_table import split_notes, store_benchmarks
     from engine.scoring.outcomes import count_notes, interval_cell, n_cell
     from engine.scoring.views import first_per_config, reduce_store
     from engine.storage import EpisodeStore
@@ -62,6 +62,8 @@ def metrics(a: argparse.Namespace) -> int:
         for r in first_per_config(mine):                # its judge's coverage, its plan
             for note in count_notes(r):
                 sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")
+        for line in split_notes(bench, mine):     # dated questions: each model's knowledge-cutoff split
+            sys.stdout.write(line + "\n")
         if any(r["self_judged"] for r in rows):
             sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
                              "test; they are not measurements of quality.\n")
@@ -120,6 +122,8 @@ def show(a: argparse.Namespace) -> int:
                              error_kind(r) if r["status"] != "ok" else "")
                             for r in sorted(rows, key=lambda r: (r["config_hash"], r["task_id"], r["seed"]))]) + "\n")
     sys.stdout.write(f"{len(rows)} episode(s); `dateline show {a.run_dir} EPISODE` prints one\n")
+    for line in ev.cutoff_lines(store, a.config):         # dated questions: each configuration's knowledge-cutoff split
+        sys.stdout.write(line + "\n")
     from engine.storage import set_aside_episodes
 
     have = set(t["episode_id"].to_pylist())

@@ -11,12 +11,17 @@ same values, scopes, counts and marks as ``dateline tables``, the report and the
   ``accuracy.interval`` says how it was made: exact | bootstrap | too_few_tasks), the
   comparison over the tasks every compared configuration finished beside it
   (``common.accuracy``, ``common.accuracy.n``), and the counts (``n_planned``, ``n_scored``...);
+  for dated questions also each mean over the questions after the model's knowledge cutoff
+  (``accuracy.after_cutoff``, its ``.n``, ``.lo``, ``.hi``) and the questions on each side
+  (``questions_after_cutoff``, ``questions_before_cutoff``: engine/scoring/cutoff.py);
 * parameters: only what never changes for the run (model, config hash, judge, agent and
   benchmark settings, scoring policy, task set);
 * tags: what can change as episodes are added or judged again: ``dateline.incomplete``,
   ``dateline.self_judged``, ``dateline.partially_judged``, ``dateline.marks`` (every mark, as the
   report prints them), ``dateline.n_outside_plan`` (stored episodes outside the plan) and
-  ``dateline.n_judged`` (the episodes its judge saw; also metrics); and the marks are in the run's
+  ``dateline.n_judged`` (the episodes its judge saw; also metrics), for dated questions
+  ``dateline.knowledge_cutoff`` (the date, or "cutoff unknown") and ``dateline.cutoff_split`` (in
+  words); and the marks are in the run's
   name (``livenews scripted [judge grader:ab12] [INCOMPLETE]``);
 * the transcripts (the calls and the messages they refer to, as Parquet) as an artifact;
 * W&B also gets a per-sample table (history key ``samples``, as lm-eval logs one): a row per episode
@@ -43,7 +48,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engine.scoring import outcomes
+from engine.scoring import cutoff, outcomes
 from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
 
@@ -136,6 +141,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                  "dateline.partially_judged": str(c.partially_judged).lower()}
         if c.n_judged is not None:
             tags["dateline.n_judged"] = str(c.n_judged)
+        if cutoff.splits(get_benchmark(bench)):     # dated questions: the metrics' .after_cutoff rows, and the split
+            tags["dateline.knowledge_cutoff"] = first.get("knowledge_cutoff") or cutoff.UNKNOWN
+            tags["dateline.cutoff_split"] = cutoff.cutoff_note([r for r in rs if (r["scope"] or outcomes.ALL) == outcomes.ALL])
         name = (f"{bench} {labels[(bench, h)]}" + (f" [judge {judge}]" if judge else "")
                 + "".join(f" [{m}]" for m in marks))
         yield {"name": name, "params": params, "metrics": metrics, "tags": tags,

@@ -17,6 +17,7 @@ from engine.hosting.events import causes, read_events
 from engine.runtime.progress import table
 from engine.scoring import outcomes, views
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
+from engine.scoring.metric_table import split_notes
 from engine.storage import EpisodeStore, set_aside_episodes
 from ray_jobs.cluster.signals import Tally
 from ray_jobs.run.planning import Point
@@ -144,6 +145,7 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
             out.append(f"{outcomes.STOPPED_EARLY_MARK}: {outcomes.STOPPED_EARLY_NOTE}")
             continue
         out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))
+        out += split_notes(get_benchmark(str(these[0]["benchmark"])), these)    # dated questions: the cutoff split
     return "\n".join(out)
 
 

@@ -97,7 +97,7 @@ def _configs(metric_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         c = by.setdefault((r["model"], r["config_hash"]), {
             "model": r["model"], "config_hash": r["config_hash"], "agent": json.loads(r["agent"]),
-            "data": r["data"] or "", "m": {}, "ci": {}, "n": n_cell(r)})
+            "data": r["data"] or "", "m": {}, "ci": {}, "n": n_cell(r), "cutoff": r.get("knowledge_cutoff") or ""})
         c["m"][r["metric"]] = r["value"]
         if r.get("lo") is not None and r.get("hi") is not None:     # the row's interval (stats.interval)
             c["ci"][r["metric"]] = (r["lo"], r["hi"])
@@ -122,6 +122,18 @@ def _pct(x: float | None, missing: str = "-") -> str:
 def _pct_ci(ci: tuple[float, float] | None) -> str:
     """The 95% interval of a share after its percentage (`` [0.0, 26.5]``; "" where it has none)."""
     return "" if ci is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _after(c: dict[str, Any]) -> str:
+    """Accuracy over the questions after the model's knowledge cutoff (engine/scoring/cutoff.py),
+    with its interval, n and the questions on each side; "cutoff unknown" without a cutoff."""
+    if not c["cutoff"]:
+        return "cutoff unknown"
+    m = c["m"]
+    after, before = int(m.get("questions_after_cutoff", 0)), int(m.get("questions_before_cutoff", 0))
+    acc = "accuracy.after_cutoff"
+    value = _pct(m.get(acc), "ungraded" if after else "-") + _pct_ci(c["ci"].get(acc))
+    return f"{value} (cutoff {c['cutoff']}: {after} question(s) after, {before} on or before)"
 
 
 def _avg_std(m: dict[str, float], what: str) -> str:
@@ -164,10 +176,11 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
                      _avg_std(m, "searches"), _avg_std(m, "visits"),
                      _pct(m.get("accuracy"), "ungraded") + _pct_ci(c["ci"].get("accuracy")),
                      _pct(m.get("answer_contains_gold")), _pct(m.get("failed")),
-                     _probe(m), str(c["n"])])
+                     _probe(m), str(c["n"]), _after(c)])
     out["table1"] = _md(["Model", "Data", "Agent", "Budget (searches/visits)", "Searches (avg ± std)", "Visits (avg ± std)",
                          "Accuracy (%, 95% interval)", "Contains gold (%)", "Failed (%)",
-                         "Judge probes ok (gold/decoy, %)", "n"], rows)
+                         "Judge probes ok (gold/decoy, %)", "n", "Accuracy after the knowledge cutoff (%, 95% interval)"],
+                        rows)
 
     # Table 3: accuracy by search budget, other settings equal (visits fixed, as in the paper).
     groups: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
@@ -204,8 +217,10 @@ def tables(metric_rows: list[dict[str, Any]]) -> dict[str, str]:
             continue
         a, b = w["m"]["accuracy"], c["m"]["accuracy"]
         rows.append([c["model"], _data_name(c["data"]), _setting(c["agent"]),
-                     f"{w['agent']['max_searches']}/{w['agent']['max_visits']}", _pct(a), _pct(b), f"{100 * (b - a):+.1f}", f"{w['n']} vs {c['n']}"])
+                     f"{w['agent']['max_searches']}/{w['agent']['max_visits']}", _pct(a), _pct(b), f"{100 * (b - a):+.1f}",
+                     f"{w['n']} vs {c['n']}", _after(c)])
     if rows:
         out["table4"] = _md(["Model", "Data", "Agent", "Budget with search", "Accuracy with Search (%)",
-                             "Accuracy without Search (%)", "Difference (points)", "n"], rows)
+                             "Accuracy without Search (%)", "Difference (points)", "n",
+                             "Without search, after the knowledge cutoff (%, 95% interval)"], rows)
     return out

@@ -20,7 +20,7 @@ from engine.benchmarks import get_benchmark
 from engine.budget.cost import Prices
 from engine.hosting.events import causes, describe, read_events
 from engine.protocol import Benchmark, Row
-from engine.scoring import outcomes, stats
+from engine.scoring import cutoff, outcomes, stats
 from engine.scoring import views as sv
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.costs import cost_rows, run_costs, tokens_chart
@@ -48,7 +48,7 @@ def config_group(v: sv.ConfigView, label: str = "") -> ConfigGroup:
     """A configuration as one judge's view shows it (its rows, plan, policy and counts)."""
     return ConfigGroup(v.model, v.config_hash, json.loads(v.agent or "{}"), json.loads(v.data or "{}"), v.rows,
                        label, judge=v.judge, self_judged=v.self_judged, planned=v.planned, policy=v.policy,
-                       counts=v.counts(), task_set=v.task_set)
+                       counts=v.counts(), task_set=v.task_set, knowledge_cutoff=v.knowledge_cutoff)
 
 
 def benchmark_section(root: Path, name: str, n_boot: int, prices: Mapping[str, Prices], judge: str | None,
@@ -99,7 +99,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
         metric_rows += [{"benchmark": name, "model": g.model, "config_hash": g.config_hash,
                          "agent": json.dumps(g.agent), "data": json.dumps(g.data), "judge": g.judge,
                          "self_judged": g.self_judged, "metric": m.metric, "value": m.value, "n": m.n,
-                         "lo": m.lo, "hi": m.hi, "interval": m.interval,
+                         "lo": m.lo, "hi": m.hi, "interval": m.interval, "knowledge_cutoff": v.knowledge_cutoff or None,
                          **c_all.columns()} for m in mrows]
         own = {m: outcomes.restrict(v.rows, v.planned, s) if s else v.planned
                for m, s in special.get(v.config_hash, {}).items()}     # metrics compared on fewer tasks
@@ -124,6 +124,8 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,
                                                                                   abs_tol=1e-9):
                 log.warning("%s %s: per-episode mean %.6g differs from the metric %.6g", name, m, e.value, want[0])
+        # the means over the questions after the model's knowledge cutoff (engine/scoring/cutoff.py)
+        ests[g.config_hash] |= cutoff.after_estimates(bench, v.rows, planned, evs, v.knowledge_cutoff, v.dates, n_boot)
         groups.append(g)
     scope = outcomes.ALL if all_tasks or not notes else outcomes.COMMON
     return JudgedBlock(judge, info, groups, scope, " ".join(notes), order, ests, plain,

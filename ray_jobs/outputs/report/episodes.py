@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.benchmarks import get_benchmark
 from engine.config import stable_hash
 from engine.llm.transcripts import conversation
 from engine.protocol import Benchmark, Row
-from engine.scoring import outcomes
+from engine.scoring import cutoff, metric_table, outcomes
 from engine.scoring.judges import judged_views
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import tables
@@ -69,14 +70,39 @@ def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str
     messages = store.messages(m for c in calls for m in c["message_ids"] or [])
     judgements = store.judgement_rows(["episode_id", "judge", "judge_model", "key", "value", "ok", "raw_output",
                                        "error", "truncated", "batch_id"], episode_ids=[episode_id])
-    values: dict[str, dict[str, float]] = {}
-    if row["status"] == "ok":       # a failed episode has no values of its own (its plan's failure values)
-        values = _values(bench, row, judged or judged_of(store, bench, str(row["config_hash"]), [episode_id]))
+    if judged is None and (row["status"] == "ok" or cutoff.splits(bench)):
+        judged = judged_of(store, bench, str(row["config_hash"]), [episode_id])
+    # a failed episode has no values of its own (its plan's failure values)
+    values = _values(bench, row, judged) if row["status"] == "ok" and judged is not None else {}
     try:
         reference = bench.episode_reference(row)
     except Exception as e:  # noqa: BLE001 - the viewer shows what it can
         reference = f"(reference unavailable: {type(e).__name__}: {e})"
-    return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label)
+    extra = {"cutoff": _side(bench, judged, row)} if cutoff.splits(bench) and judged is not None else {}
+    return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label, extra)
+
+
+def _side(bench: Benchmark[Any], judged: Judged, row: Row) -> str:
+    """Where a dated episode's question stands against its model's knowledge cutoff, in words."""
+    date = judged.dates.get(str(row["episode_id"])) or row.get(getattr(bench, "date_field", ""))
+    known = judged.knowledge_cutoff
+    if not date or not known:
+        return f"question {f'dated {date}' if date else 'of unknown date'}; {cutoff.describe(known, None, None)}"
+    return f"question dated {date}: {'after' if date > known else 'on or before'} the model's knowledge cutoff {known}"
+
+
+def cutoff_lines(store: EpisodeStore, config: str | None = None) -> list[str]:
+    """Under ``dateline show``'s list: per configuration of a dated benchmark (whose hash starts
+    with ``config``), its knowledge-cutoff split and its primary metrics after the cutoff, as the
+    metrics table has them (engine/scoring/cutoff.py), or "cutoff unknown"."""
+    out = []
+    for name in metric_table.store_benchmarks(store):
+        bench = get_benchmark(name)
+        if cutoff.splits(bench):
+            rows = [r for r in metric_table.metric_table(store, [name]) if (r["scope"] or outcomes.ALL) == outcomes.ALL
+                    and str(r["config_hash"]).startswith(config or "")]
+            out += [f"{name} {line}" for line in metric_table.split_notes(bench, rows)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -87,6 +113,8 @@ class Judged:
     by_judge: dict[str, dict[str, dict[str, str | None]]]
     judges: dict[str, dict[str, str]]
     evaluation: dict[str, Any] | None
+    knowledge_cutoff: str = ""                  # what the plan recorded (engine/scoring/cutoff.py)
+    dates: dict[str, str] = field(default_factory=dict)
 
 
 def judged_of(store: EpisodeStore, bench: Benchmark[Any], config_hash: str,
@@ -96,7 +124,9 @@ def judged_of(store: EpisodeStore, bench: Benchmark[Any], config_hash: str,
     by_judge, judges = store.judged(bench.parse_judgement, config_hash=config_hash, episode_ids=episode_ids)
     plan = store.plans([config_hash]).get(config_hash)
     ev = json.loads(plan.evaluation) if plan is not None and plan.evaluation else None
-    return Judged(by_judge, judges, ev)
+    if plan is None:
+        return Judged(by_judge, judges, ev)
+    return Judged(by_judge, judges, ev, plan.knowledge_cutoff, plan.dates)
 
 
 def _values(bench: Benchmark[Any], row: Row, judged: Judged) -> dict[str, dict[str, float]]:
@@ -177,6 +207,8 @@ def render_text(view: EpisodeView, width: int = 2000) -> str:
             if s["result"]:
                 lines += [f"result: {_clip(s['result'], width)}"]
     lines += ["", "=== final output", _clip(str(r["output"] or "(none)"), width)]
+    if view.extra.get("cutoff"):
+        lines += ["", "=== knowledge cutoff", str(view.extra["cutoff"])]
     if view.reference:
         lines += ["", "=== reference", _clip(view.reference, width)]
     for jid, vals in view.values.items():
@@ -219,6 +251,8 @@ def render_html(view: EpisodeView, back: str = "") -> str:
             ("status", r["status"]), ("finish", r["finish_reason"]), ("steps", r["n_steps"]),
             ("tokens", f"{r['tokens_in']} in, {r['tokens_out']} out"), ("wall time", f"{float(r['wall_time_s'] or 0):.1f} s"),
             ("replica / worker", f"{r['replica']} / {r['worker']}")]
+    if view.extra.get("cutoff"):
+        meta.append(("knowledge cutoff", view.extra["cutoff"]))
     parts.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in meta) + "</table>")
     if r.get("error"):
         parts.append(f'<h2 class="bad">Error</h2><pre class="bad">{_e(r["error"])}</pre>')

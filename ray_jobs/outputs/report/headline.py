@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.benchmarks import get_benchmark
-from engine.scoring import outcomes
+from engine.scoring import cutoff, outcomes
 from engine.scoring.judges import SELF_JUDGED
 from ray_jobs.outputs.report.page import Page, est
 from ray_jobs.outputs.report.sections import BenchmarkSection, JudgedBlock, num
@@ -55,6 +55,8 @@ def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
             for m in bench.primary_metrics:
                 if (v := _verdict(b, m, m in getattr(bench, "lower_is_better", ()))) is not None:
                     h.verdicts.append(v)
+                if cutoff.splits(bench) and b.groups:
+                    h.verdicts.append(_after_cutoff(b, m, m in getattr(bench, "lower_is_better", ())))
             out.append(h)
     return out
 
@@ -84,6 +86,20 @@ def _verdict(b: JudgedBlock, metric: str, lower: bool) -> Verdict | None:
         return Verdict(metric, f"{metric}: tie at {num(e.value)} between {', '.join(tied)}")
     sure = _paired(b, metric, best.label, second.label)
     return Verdict(metric, f"{metric}: {word} {best.label} {est(e)}, then {second.label} {est(e2)}; {sure}")
+
+
+def _after_cutoff(b: JudgedBlock, metric: str, lower: bool) -> Verdict:
+    """``metric`` over the questions after each model's knowledge cutoff (engine/scoring/cutoff.py),
+    best first; "cutoff unknown" for a configuration without one. Models with different cutoffs
+    are over different questions, so this is a listing, not a paired comparison."""
+    m = metric + cutoff.SUFFIX
+    have = [(g, e) for g in b.groups if (e := b.estimates.get(g.config_hash, {}).get(m)) is not None]
+    have.sort(key=lambda ge: (math.isnan(ge[1].value), ge[1].value if lower else -ge[1].value))
+    rest = [f"{g.label}: {cutoff.UNKNOWN if not g.knowledge_cutoff else 'no question after it'}"
+            for g in b.groups if m not in b.estimates.get(g.config_hash, {})]
+    text = "; ".join([f"{g.label} {est(e)}" for g, e in have] + rest)
+    return Verdict(m, f"{metric} over the questions after each model's knowledge cutoff: {text}"
+                      + (" (each over its own model's questions: not a paired comparison)" if len(have) > 1 else ""))
 
 
 def _paired(b: JudgedBlock, metric: str, a: str, c: str) -> str:

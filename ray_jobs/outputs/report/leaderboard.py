@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.protocol import Benchmark
-from engine.scoring import outcomes, stats
+from engine.scoring import cutoff, outcomes, stats
 from engine.scoring import views as sv
 from engine.scoring.judges import SELF_JUDGED
 from engine.storage import EpisodeStore
@@ -31,6 +31,8 @@ class Entry:
     counts: outcomes.Counts
     marks: tuple[str, ...]      # INCOMPLETE, SELF-JUDGED, the benchmark's config warnings (AUDIT_UNSAFE)
     vs_leader: str              # "leader" | "interval overlaps the leader's" | "below the leader's interval"
+    also: stats.Estimate | None = None      # the board's other number (Leaderboard.also), None: none
+    also_missing: str = ""                  # why it has none ("cutoff unknown", ...)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class Leaderboard:
     self_judged: bool
     scope_note: str             # what the values are over (the judge's block's note)
     entries: list[Entry]
+    # a dated benchmark (engine/scoring/cutoff.py): the number shown beside the ranked one (the
+    # metric over all questions, or after each model's knowledge cutoff), and what it ranks on and why
+    also: str = ""
+    ranking_note: str = ""
 
 
 @dataclass
@@ -78,14 +84,43 @@ def cross_run_section(roots: list[Path], name: str, n_boot: int, judge: str | No
     blocks = [judged_block(bench, name, jid, judges.get(jid, {}), [v for v in views if v.judge == jid], labels,
                            n_boot, all_tasks) for jid in sorted({v.judge for v in views})]
     boards = [board for b in blocks for m in bench.primary_metrics
-              if (board := leaderboard(bench, b, m, {h: str(r) for h, r in where.items()})) is not None]
+              if (board := ranked(bench, b, m, {h: str(r) for h, r in where.items()})) is not None]
     return CrossRunSection(name, roots, n_boot, blocks, boards)
 
 
-def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mapping[str, str]) -> Leaderboard | None:
+def ranked(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mapping[str, str]) -> Leaderboard | None:
+    """The leaderboard of ``metric``. For dated questions (engine/scoring/cutoff.py) it ranks on the
+    questions after each model's knowledge cutoff when every configuration on it has a cutoff and
+    a question after it, with the metric over all questions beside it; else over all questions,
+    saying which configuration keeps it from ranking after the cutoff."""
+    if not cutoff.splits(bench):
+        return leaderboard(bench, b, metric, where)
+    post = metric + cutoff.SUFFIX
+    lacking = [f"{g.label} ({_missing(g, post)})" for g in b.groups if post not in b.estimates.get(g.config_hash, {})]
+    if b.groups and not lacking:
+        lb = leaderboard(bench, b, post, where, also=metric)
+        cuts = ", ".join(sorted({f"{g.label} {g.knowledge_cutoff}" for g in b.groups}))
+        note = (f"Ranked on {metric} over the questions after each model's knowledge cutoff (every model here has "
+                f"one: {cuts}); {metric} over all questions beside it.")
+    else:
+        lb = leaderboard(bench, b, metric, where, also=post)
+        note = (f"Ranked on {metric} over all questions, not over those after each model's knowledge cutoff: "
+                f"{'; '.join(lacking) or 'no configuration'}.")
+    return replace(lb, ranking_note=note) if lb is not None else None
+
+
+def _missing(g: ConfigGroup, metric: str) -> str:
+    """Why ``g`` has no value of a metric after the cutoff (or, over all questions, none at all)."""
+    if not cutoff.is_split(metric):
+        return "no value"
+    return cutoff.UNKNOWN if not g.knowledge_cutoff else "no question after its cutoff"
+
+
+def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mapping[str, str],
+                also: str = "") -> Leaderboard | None:
     """``b``'s configurations ranked by ``metric``: equal values (to the printed precision) share a
     rank; each says whether its interval overlaps the leader's. Configurations without a value
-    (nothing the metric is defined on) are listed last, unranked."""
+    (nothing the metric is defined on) are listed last, unranked. ``also``: a metric shown beside."""
     lower = metric in getattr(bench, "lower_is_better", ())
     have = [(g, e) for g in b.groups if (e := b.estimates.get(g.config_hash, {}).get(metric)) is not None]
     if not have:
@@ -97,10 +132,17 @@ def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mappi
         first = next(j for j, (_, x) in enumerate(valued) if num(x.value) == num(e.value))
         tied = sum(num(x.value) == num(e.value) for _, x in valued) > 1
         entries.append(Entry(f"{first + 1}{'=' * tied}", g.label, where.get(g.config_hash, ""), e, _counts(g),
-                             _marks(bench, g), _vs(e, lead, lower)))
-    entries += [Entry("-", g.label, where.get(g.config_hash, ""), e, _counts(g), _marks(bench, g), "no value")
-                for g, e in have if math.isnan(e.value)]
-    return Leaderboard(b.judge, metric, lower, any(g.self_judged for g in b.groups), b.scope_note, entries)
+                             _marks(bench, g), _vs(e, lead, lower), *_also(b, g, also)))
+    entries += [Entry("-", g.label, where.get(g.config_hash, ""), e, _counts(g), _marks(bench, g), "no value",
+                      *_also(b, g, also)) for g, e in have if math.isnan(e.value)]
+    return Leaderboard(b.judge, metric, lower, any(g.self_judged for g in b.groups), b.scope_note, entries, also)
+
+
+def _also(b: JudgedBlock, g: ConfigGroup, also: str) -> tuple[stats.Estimate | None, str]:
+    if not also:
+        return None, ""
+    e = b.estimates.get(g.config_hash, {}).get(also)
+    return e, "" if e is not None else _missing(g, also)
 
 
 def _counts(g: ConfigGroup) -> outcomes.Counts:

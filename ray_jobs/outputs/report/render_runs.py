@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from engine.benchmarks import get_benchmark
-from engine.scoring import outcomes, stats
+from engine.scoring import cutoff, outcomes, stats
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import plots
@@ -128,6 +128,16 @@ def count_lines(page: Page, g: ConfigGroup) -> None:
         (page.strong if note.startswith(outcomes.PARTIALLY_JUDGED) else page.para)(f"{g.label}: {note}")
 
 
+def cutoff_lines(page: Page, name: str, b: JudgedBlock) -> None:
+    """Under a dated benchmark's table: each configuration's knowledge cutoff and its questions on
+    each side of it, or "cutoff unknown" (the ``.after_cutoff`` rows: engine/scoring/cutoff.py)."""
+    if not cutoff.splits(get_benchmark(name)):
+        return
+    for g in b.groups:
+        side = {k: int(v[0]) for k, v in b.plain[g.config_hash].items() if k in (cutoff.AFTER, cutoff.BEFORE)}
+        page.para(f"{g.label}: {cutoff.describe(g.knowledge_cutoff, side.get(cutoff.AFTER), side.get(cutoff.BEFORE))}")
+
+
 def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     """Metrics with intervals, paired tests, paper tables and plots of one judge's block."""
     page.heading("Metrics", level)
@@ -137,6 +147,7 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
         page.strong(outcomes.UNGRADED)
     for g in b.groups:
         count_lines(page, g)
+    cutoff_lines(page, name, b)
     # what every column is over: the configuration's plan (scored / planned, marked when incomplete)
     rows: list[list[Cell]] = [["episodes (scored/planned)",
                                *[outcomes.n_cell((g.counts or outcomes.count(g.rows, g.planned)).columns())
@@ -195,10 +206,14 @@ def render_leaderboard(page: Page, lb: Leaderboard, level: int) -> None:
     page.heading(f"Leaderboard by {lb.metric} ({judge}){mark}", level)
     if lb.self_judged:
         page.strong(f"{SELF_JUDGED.upper()}: the judge is one of the compared models; these ranks are not measurements.")
-    page.table(["rank", "configuration", f"{lb.metric} (95% interval, n; {way})", "vs leader", "scored/planned",
-                "marks", "run dir"],
-               [[f"#{e.rank}", e.label, est(e.estimate), e.vs_leader, outcomes.n_cell(e.counts.columns()),
-                 ", ".join(e.marks) or "-", e.root] for e in lb.entries])
+    beside = [f"{lb.also} (95% interval, n)"] if lb.also else []
+    page.table(["rank", "configuration", f"{lb.metric} (95% interval, n; {way})", *beside, "vs leader",
+                "scored/planned", "marks", "run dir"],
+               [[f"#{e.rank}", e.label, est(e.estimate), *([est(e.also) if e.also else e.also_missing] if lb.also else []),
+                 e.vs_leader, outcomes.n_cell(e.counts.columns()), ", ".join(e.marks) or "-", e.root]
+                for e in lb.entries])
+    if lb.ranking_note:
+        page.strong(lb.ranking_note)
     notes = [lb.scope_note] if lb.scope_note else []
     notes.append("Equal values (to the printed precision) share a rank (#1=); a configuration whose interval overlaps "
                  "the leader's is not shown to be worse.")
@@ -219,6 +234,7 @@ def render_cross_runs(page: Page, s: CrossRunSection) -> None:
         for b in s.blocks:          # what the counts add: a judge's coverage, episodes outside a plan
             for g in b.groups:
                 count_lines(board, g)
+            cutoff_lines(board, s.name, b)
         board.write_named("leaderboard", f"dateline leaderboards: {s.name}")
     for b in s.blocks:
         if b.judge:

@@ -46,6 +46,7 @@ class ConfigGroup:
     policy: str = "as_wrong"        # run.score_failures
     counts: outcomes.Counts | None = None             # over its whole plan
     task_set: str = ""
+    knowledge_cutoff: str = ""      # its model's, as its plan recorded it ("" unknown: engine/scoring/cutoff.py)
 
     @property
     def ok(self) -> list[Row]:
