@@ -61,7 +61,7 @@ def episode_relevant(cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
     picks tasks) and not the fields the benchmark lists in ``evaluation_fields`` (they change
     only how finished episodes are judged), so changing those never re-runs episodes. (``limit``
     stays, as None: ids made when it was part of them stay valid.)"""
-    drop = {*TASK_PICKERS, *bench.evaluation_fields}
+    drop = {*TASK_PICKERS, *bench.evaluation_fields, *getattr(bench, "alias_fields", ())}
     return {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
 
 
@@ -142,7 +142,7 @@ def dataset_key(bench: Any, data_json: str | None) -> str:
         d = json.loads(data_json or "{}")
     except ValueError:
         return data_json or ""
-    drop = {*TASK_PICKERS, *ROW_PICKERS, *getattr(bench, "evaluation_fields", ())}
+    drop = {*TASK_PICKERS, *ROW_PICKERS, *getattr(bench, "evaluation_fields", ()), *getattr(bench, "alias_fields", ())}
     return json.dumps({k: v for k, v in d.items() if k not in drop}, sort_keys=True, default=str)
 
 

@@ -39,7 +39,8 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
 * ``config_warnings(agent)``: what every number of a configuration must be read with,
 * ``episode_reference(row)``: what an episode's output is compared with (the episode viewer),
-* ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time.
+* ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time,
+* ``builders``: the pipelines that make its data (:mod:`engine.build`), by name.
 
 The runtime (dispatch, storage, drivers) knows nothing else about a benchmark. :class:`Benchmark`
 states this contract as a type; ``get_benchmark`` checks a folder's ``BENCHMARK`` against it and
@@ -280,7 +281,13 @@ class BenchmarkBase:
     """Defaults for the optional parts of the protocol."""
     # Benchmark config fields that never change an episode's result (see the module docstring).
     evaluation_fields: tuple[str, ...] = ()
+    # Benchmark config fields that only set others (livenews's data_dir sets questions and pages):
+    # left out of every identity, which holds what they set (engine/identity.py).
+    alias_fields: tuple[str, ...] = ()
     pairwise: PairwiseSpec | None = None
+    # Builders of its data (``engine.build.protocol.Builder``), by name: ``dateline build`` runs
+    # ``<name>:<builder>`` (``engine.benchmarks.get_benchmark``); none by default.
+    builders: dict[str, Any] = {}
     # What the report draws (ray_jobs/outputs/report/): metrics compared between configurations with
     # paired tests, an (agent field, metric) curve such as accuracy vs search budget, and a
     # metric shown task by task.

@@ -17,6 +17,8 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
+from engine.build.adapter import BuildBenchmark
+from engine.build.protocol import Builder
 from engine.errors import ConfigError
 from engine.protocol import Benchmark
 
@@ -56,7 +58,10 @@ def extra_conf_dirs() -> list[Path]:
 
 def get_benchmark(name: str) -> Benchmark[Any]:
     """The ``BENCHMARK`` of folder ``name``, checked against :class:`engine.protocol.Benchmark`
-    (the task type is the benchmark's own, so ``Any`` here)."""
+    (the task type is the benchmark's own, so ``Any`` here). ``<name>:<builder>`` is that
+    benchmark's builder as a benchmark (``engine.build.adapter.BuildBenchmark``: ``dateline build``)."""
+    if ":" in name:
+        return _builder(name)
     if not name.isidentifier():
         raise ConfigError(f"benchmark.name: {name!r} is not a benchmark folder name")
     _extend_path()
@@ -97,3 +102,30 @@ def runnable_benchmarks() -> list[str]:
             continue
         names.append(mod.name)
     return names
+
+
+_BUILDS: dict[str, Benchmark[Any]] = {}
+
+
+def _builder(ref: str) -> Benchmark[Any]:
+    """``<benchmark>:<builder>``: the builder named in the benchmark's ``builders``, as a
+    benchmark (one object per ref and process)."""
+    if ref in _BUILDS:
+        return _BUILDS[ref]
+    name, _, builder = ref.partition(":")
+    bench = get_benchmark(name)
+    builders = getattr(bench, "builders", {}) or {}
+    if builder not in builders:
+        raise ConfigError(f"benchmark.name: {name} has no builder {builder!r}"
+                          + (f" (it has: {', '.join(sorted(builders))})" if builders else " (it offers none)"))
+    b = builders[builder]
+    if not isinstance(b, Builder):
+        raise ConfigError(f"benchmark.name: {ref}'s builder ({type(b).__name__}) does not implement "
+                          "engine.build.protocol.Builder")
+    _BUILDS[ref] = out = BuildBenchmark(bench, b)
+    return out
+
+
+def builder_refs(name: str) -> list[str]:
+    """``<name>:<builder>`` of benchmark ``name``'s builders."""
+    return [f"{name}:{b}" for b in sorted(getattr(get_benchmark(name), "builders", {}) or {})]

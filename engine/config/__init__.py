@@ -10,6 +10,7 @@ from engine.config.schema import (
     JUDGE_KINDS,
     SCORE_FAILURES,
     BudgetConfig,
+    BuildConfig,
     ClusterConfig,
     Config,
     IndexConfig,
@@ -37,7 +38,7 @@ from engine.config.values import (
 )
 
 __all__ = [
-    "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "REDACTED", "SCORE_FAILURES", "BudgetConfig", "ClusterConfig",
+    "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "REDACTED", "SCORE_FAILURES", "BudgetConfig", "BuildConfig", "ClusterConfig",
     "Config", "IndexConfig", "JudgeConfig", "ModelConfig", "PairwiseConfig", "RunConfig", "StopConfig", "SweepConfig",
     "config_labels",
     "engine_batch", "index_replica_count", "judge_model_config", "redact", "redact_url", "replica_count", "service_replica_count", "secret_values", "stable_hash",

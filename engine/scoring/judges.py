@@ -35,6 +35,8 @@ from engine.identity import prompt_version as prompt_version  # noqa: F401 - re-
 from engine.identity import source_version as source_version  # noqa: F401 - re-exported
 
 SELF_JUDGED = "self-judged"
+# a build whose verifier is the generator's model (build.allow_same_model): its release says so everywhere
+SELF_VERIFIED = "self-verified"
 
 
 @dataclass(frozen=True)

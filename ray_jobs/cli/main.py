@@ -1,6 +1,6 @@
 """The ``dateline`` command: subcommands on argparse, each with its own ``--help``.
 
-``run``, ``estimate``, ``pairwise`` and ``analyst-checklists`` take Hydra overrides
+``run``, ``build``, ``estimate``, ``pairwise`` and ``analyst-checklists`` take Hydra overrides
 (``GROUP=OPTION``, ``FIELD=VALUE``, ``-m`` for a sweep); ``dateline run --help`` lists the
 user-facing config groups, their options and every field with its description. ``metrics``,
 ``tables``, ``report`` and ``show`` read a run dir and never create anything where there is none.
@@ -22,7 +22,7 @@ from engine.provenance import dateline_version as version
 from engine.runtime.logs import configure as configure_logging
 from ray_jobs.outputs import commands
 
-HYDRA_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
+HYDRA_COMMANDS = ("run", "build", "estimate", "pairwise", "analyst-checklists")
 HYDRA_HELP: dict[str, tuple[str, list[tuple[str, str]]]] = {}    # (what it does, its own options) per command
 OWN_PARSERS = ("report", "convert-realtimeqa")        # their options are defined with their code
 REPORT_HELP = ("HTML + Markdown report of run and pairwise dirs: metrics with intervals, paired tests, plots, a "
@@ -65,6 +65,8 @@ def _hydra_commands(sub: Any) -> None:
     hydra_cmd("run", "run a benchmark: generate what is missing, judge, reduce metrics (e.g. benchmark=livenews "
               "agent=livenews); exit status 1 when an episode failed (run.fail_on_error) or the run stopped at "
               "run.max_failures")
+    hydra_cmd("build", "build benchmark data with models (e.g. build=livenews: fresh questions from dated articles, "
+              "drafted by `model`, verified by judge.hosted_model), then publish the release (build.out)")
     hydra_cmd("estimate", "run a pilot of --tasks N tasks per configuration (-m: per sweep point) into RUN_DIR/_pilot "
               "and print the projected tokens, time and cost of the full run",
               lambda c: c.add_argument("--tasks", type=int, default=3, metavar="N", help="pilot tasks per configuration (default 3)"))
@@ -261,6 +263,10 @@ def _dispatch(a: argparse.Namespace) -> int:
             from ray_jobs.run.entry import hydra_entry
 
             return _hydra(hydra_entry, overrides)
+        if cmd == "build":
+            from ray_jobs.build.entry import hydra_build
+
+            return _hydra(hydra_build, overrides)
         if cmd == "estimate":
             from ray_jobs.run.estimate import main as estimate_main
 

@@ -97,8 +97,9 @@ class Session:
         env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     **runtime_env.pop("env_vars", {})}
         # where models live; how snippets are isolated; benchmarks from outside the repository; the log
-        # level; the folder relative paths in the config mean (the driver's: engine/inputs/paths.py)
-        for k in ("DATELINE_CACHE", "DATELINE_BWRAP", "DATELINE_BENCHMARKS", "DATELINE_LOG_LEVEL"):
+        # level; the folder relative paths in the config mean (the driver's: engine/inputs/paths.py); own
+        # build prompts (engine/benchmarks/livenews/build/stages.py)
+        for k in ("DATELINE_CACHE", "DATELINE_BWRAP", "DATELINE_BENCHMARKS", "DATELINE_LOG_LEVEL", "DATELINE_BUILD_PROMPTS"):
             if k in os.environ:
                 env_vars[k] = os.environ[k]
         env_vars.setdefault("DATELINE_WORKDIR", str(workdir()))

@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from engine.benchmarks import extra_conf_dirs, get_benchmark, runnable_benchmarks
+from engine.benchmarks import builder_refs, extra_conf_dirs, get_benchmark, runnable_benchmarks
 from engine.config import (
     ClusterConfig,
     Config,
@@ -41,6 +41,10 @@ def register() -> None:
         b = get_benchmark(name)
         cs.store(group="benchmark", name=f"{b.name}_schema", node=b.benchmark_schema)
         cs.store(group="agent", name=f"{b.name}_schema", node=b.agent_schema)
+        for ref in builder_refs(name):       # dateline build: <benchmark>_<builder>_schema
+            built = get_benchmark(ref)
+            cs.store(group="benchmark", name=f"{ref.replace(':', '_')}_schema", node=built.benchmark_schema)
+            cs.store(group="agent", name=f"{ref.replace(':', '_')}_schema", node=built.agent_schema)
         _benchmarks.add(name)
     if _registered:
         return

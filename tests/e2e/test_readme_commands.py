@@ -32,7 +32,7 @@ from tests.helpers import REPO, livenews_responder
 
 pytestmark = pytest.mark.ray
 
-MODEL_COMMANDS = ("run", "estimate", "pairwise", "analyst-checklists")
+MODEL_COMMANDS = ("run", "build", "estimate", "pairwise", "analyst-checklists")
 
 
 def fenced(readme: str) -> list[tuple[str, str]]:

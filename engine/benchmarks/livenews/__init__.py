@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.benchmarks.livenews import agent, metrics, prompts
+from engine.benchmarks.livenews.build.builder import QA_BUILDER
 from engine.benchmarks.livenews.config import LivenewsAgentConfig, LivenewsBenchmarkConfig
 from engine.benchmarks.livenews.data import LiveQuestion, load
 from engine.benchmarks.livenews.grader import GRADER_PROMPT, grader_prompt, parse_grade
@@ -40,6 +41,10 @@ class LiveNewsBenchmark(BenchmarkBase):
     # paths of data that may be Hugging Face hub ids (engine/inputs/hub.py)
     data_paths = ("questions", "pages")
     evaluation_fields = ("judge_probes", "on_bad_rows")
+    # a release folder (dateline build): it sets questions and pages, which the identities hold
+    alias_fields = ("data_dir", "split")
+    # dateline build build=livenews: fresh questions from dated articles (the paper's section 2)
+    builders = {"qa": QA_BUILDER}
     judge_prompt_version = prompt_version(GRADER_PROMPT)
     primary_metrics = ("accuracy", "answer_contains_gold")
     curve = ("max_searches", "accuracy")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.errors import ConfigError
 from indexes.web import ARCHIVE_DOMAINS
 
 
@@ -13,6 +14,10 @@ class LivenewsBenchmarkConfig:
     source: str = "livenewsbench"          # livenewsbench (questions + pages JSONL) | realtimeqa (dumps folder)
     questions: str = "engine/benchmarks/livenews/sample_data/questions.jsonl"
     pages: str = "engine/benchmarks/livenews/sample_data/pages.jsonl"   # realtimeqa: the dumps folder
+    # A release of `dateline build build=livenews` (or any folder in its layout): questions and pages
+    # are read from it (they override the two above); `split` picks questions_<split>.jsonl.
+    data_dir: str | None = None
+    split: str = ""                        # "" (every question) | train | validation | test | verified | longitudinal
     dataset: str = "sample"                # a short name of the data: the default run dir is runs/<name>-<dataset>
     task_ids: list[str] = field(default_factory=list)   # only these questions (empty: all), then limit
     limit: int | None = None
@@ -26,6 +31,24 @@ class LivenewsBenchmarkConfig:
     # A bad row in the questions or pages: "error" stops before anything runs (a DataError naming
     # file, row and field); "skip" drops it and records it in RUN_DIR/quarantine (docs/design/data.md).
     on_bad_rows: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.data_dir:
+            self.source = "livenewsbench"
+            self.questions = data_dir_file(self.data_dir, self.split)
+            self.pages = f"{self.data_dir.rstrip('/')}/pages.jsonl"
+
+
+SPLIT_FILES = {"": "questions.jsonl", "train": "questions_train.jsonl", "validation": "questions_validation.jsonl",
+               "test": "questions_test.jsonl", "verified": "questions_verified.jsonl",
+               "longitudinal": "longitudinal.jsonl"}
+
+
+def data_dir_file(data_dir: str, split: str) -> str:
+    """The questions file of ``split`` in a release folder."""
+    if split not in SPLIT_FILES:
+        raise ConfigError(f"benchmark.split: must be one of {sorted(SPLIT_FILES)}, got {split!r}")
+    return f"{data_dir.rstrip('/')}/{SPLIT_FILES[split]}"
 
 
 @dataclass

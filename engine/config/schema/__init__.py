@@ -5,7 +5,8 @@ rules); ``engine.config`` re-exports both.
 
 The package holds one module per group: ``model`` (:class:`ModelConfig`), ``cluster``
 (:class:`IndexConfig`, :class:`ClusterConfig`), ``run`` (:class:`RunConfig`, :class:`BudgetConfig`)
-and ``judge`` (:class:`JudgeConfig`, :class:`SweepConfig`, :class:`StopConfig`). Here are the
+``judge`` (:class:`JudgeConfig`, :class:`SweepConfig`, :class:`StopConfig`) and ``build``
+(:class:`BuildConfig`). Here are the
 configs they compose into (:class:`Config` for runs, :class:`PairwiseConfig` for ``dateline
 pairwise``), the allowed values of the enum-like fields and the helpers that read a config; every
 name is importable from ``engine.config.schema``."""
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config.schema.build import BuildConfig
 from engine.config.schema.cluster import ClusterConfig, IndexConfig
 from engine.config.schema.judge import JudgeConfig, StopConfig, SweepConfig
 from engine.config.schema.model import ModelConfig
@@ -32,6 +34,7 @@ class Config:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     stop: StopConfig = field(default_factory=StopConfig)
+    build: BuildConfig | None = None   # ``dateline build`` only (conf/build/)
     # Known knowledge cutoffs by model name (served name or name -> YYYY-MM-DD), for models whose
     # config sets no model.knowledge_cutoff: conf/knowledge_cutoffs.yaml, which users extend.
     knowledge_cutoffs: dict[str, str] = field(default_factory=dict)
@@ -113,7 +116,7 @@ def engine_batch(m: ModelConfig) -> int:
 
 
 __all__ = [
-    "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "SCORE_FAILURES", "BudgetConfig", "ClusterConfig", "Config",
+    "BUDGET_SCOPES", "HOSTED_JUDGES", "JUDGE_KINDS", "SCORE_FAILURES", "BudgetConfig", "BuildConfig", "ClusterConfig", "Config",
     "IndexConfig", "JudgeConfig", "ModelConfig", "PairwiseConfig", "RunConfig", "StopConfig", "SweepConfig",
     "engine_batch", "index_replica_count", "judge_model_config", "replica_count", "service_replica_count",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.benchmarks import get_benchmark
+from engine.benchmarks import builder_refs, get_benchmark, runnable_benchmarks
 from engine.config import ClusterConfig, IndexConfig, JudgeConfig, ModelConfig, RunConfig, StopConfig, SweepConfig
 from ray_jobs.config.compose import compose
 from tests.conftest import REPO
@@ -26,7 +26,10 @@ def schema_of(path: Path, data: dict[str, Any]) -> type | None:
         return GROUPS[group]
     for entry in data.get("defaults", []):
         if isinstance(entry, str) and entry.endswith("_schema"):
-            bench = get_benchmark(entry.removesuffix("_schema"))
+            name = entry.removesuffix("_schema")
+            # a builder's groups (dateline build): <benchmark>_<builder>_schema for the ref <benchmark>:<builder>
+            refs = {r.replace(":", "_"): r for b in runnable_benchmarks() for r in builder_refs(b)}
+            bench = get_benchmark(refs.get(name, name))
             return bench.benchmark_schema if group == "benchmark" else bench.agent_schema
     return None        # a variant of another file of its group (defaults: [newsagent]): overrides only
 
