@@ -38,6 +38,7 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
 * ``config_warnings(agent)``: what every number of a configuration must be read with,
+  ``data_warnings(data)`` the same for what its data is,
 * ``episode_reference(row)``: what an episode's output is compared with (the episode viewer),
 * ``pairwise``: a :class:`PairwiseSpec` when outputs can be judged two at a time,
 * ``builders``: the pipelines that make its data (:mod:`engine.build`), by name.
@@ -344,6 +345,11 @@ class BenchmarkBase:
     def config_warnings(self, agent: dict[str, Any]) -> list[str]:
         """What every number of a configuration (its agent config, plain) must be read with,
         printed wherever they appear (the summary, tables, the report); none by default."""
+        return []
+
+    def data_warnings(self, data: dict[str, Any]) -> list[str]:
+        """What every number over this data (the benchmark config, plain) must be read with, e.g. a
+        SELF-VERIFIED release of ``dateline build``; none by default."""
         return []
 
     def episode_reference(self, row: Row) -> str:

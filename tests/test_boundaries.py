@@ -79,7 +79,7 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str, str]] = frozenset({
 # import statements. A tight ratchet: the test fails above this number (an in-project import put in
 # a function is the usual way a cycle is hidden from Python, and this graph counts it anyway), and
 # below it too, with the number to write here, so it stays the real count and only goes down.
-FUNCTION_LEVEL_IN_PROJECT = 137
+FUNCTION_LEVEL_IN_PROJECT = 136
 # Function-level imports of everything else (stdlib and third party). A ceiling only, not a tight
 # ratchet: many are deliberate lazy imports of heavy dependencies (ray, pyarrow, openai, hydra) that
 # keep `dateline` and the workers quick to start, so moving one to the top is not progress per se

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.scoring import cutoff, outcomes, views
+from engine.scoring.outcome_marks import warnings_of
 
 __all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "split_notes", "tables_markdown"]
 
@@ -157,7 +158,7 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
         for judge in sorted({r["judge"] or "" for r in mine}):     # one set of tables per judge, never mixed
             these, notes = views.table_rows([r for r in mine if (r["judge"] or "") == judge], all_tasks)
             notes += sorted({f"**{w}** ({r['model']} [{r['config_hash'][:8]}])" for r in these
-                             for w in bench.config_warnings(json.loads(r["agent"] or "{}"))})
+                             for w in warnings_of(bench, json.loads(r["agent"] or "{}"), json.loads(r["data"] or "{}"))})
             notes += split_notes(bench, these)
             by = f" (judge {judge})" if judge else " (no judge)"
             warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"

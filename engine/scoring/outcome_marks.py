@@ -189,3 +189,9 @@ def interval_cell(row: Mapping[str, Any]) -> str:
         return f"[{lo:.3f}, {hi:.3f}] {how}".strip()
     return "too few tasks for an interval" if how == "too_few_tasks" else ""
 
+
+def warnings_of(bench: Any, agent: dict[str, Any], data: dict[str, Any] | None) -> list[str]:
+    """What every number of a configuration must be read with: its agent's warnings, then its
+    data's (``data_warnings``, optional in a benchmark outside this repository)."""
+    extra = getattr(bench, "data_warnings", None)
+    return [*bench.config_warnings(agent), *(extra(data) if extra is not None and data else [])]

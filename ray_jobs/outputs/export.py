@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.scoring import cutoff, outcomes
+from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
 
@@ -89,7 +90,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         agent, data = json.loads(first["agent"] or "{}"), json.loads(first["data"] or "{}")
         marks = (["INCOMPLETE"] * c.incomplete + [outcomes.PARTIALLY_JUDGED] * c.partially_judged
                  + [SELF_JUDGED.upper()] * bool(first["self_judged"])
-                 + [w.split(":")[0].strip() for w in get_benchmark(bench).config_warnings(agent)])
+                 + [w.split(":")[0].strip() for w in warnings_of(get_benchmark(bench), agent, data)])
         params: dict[str, Any] = {"benchmark": bench, "model": first["model"], "config_hash": h,
                                   "judge": judge or "none", "score_failures": first["score_failures"],
                                   "task_set": first["task_set"], "run_dir": str(run_dir)}

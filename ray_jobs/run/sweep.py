@@ -14,6 +14,7 @@ from typing import Any
 from engine import provenance
 from engine.config import Config, to_plain
 from engine.scoring import metric_table
+from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.budget.sweep import SweepLedger, sweep_ledger
 from ray_jobs.cluster import signals
 from ray_jobs.cluster.session import Session
@@ -148,7 +149,7 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     out = sys.stdout                     # results on stdout, logs on stderr
     out.write(f"\n{p.bench.name} | model {model} | config {p.plan.config_hash} | {p.plan.run_dir}\n")
     out.write(summary(reduced, p.plan.config_hash) + "\n")
-    for w in p.bench.config_warnings(to_plain(p.cfg.agent)):
+    for w in warnings_of(p.bench, to_plain(p.cfg.agent), to_plain(p.cfg.benchmark)):
         out.write(f"**{w}**\n")
     if (ad := info.get("adaptive")) is not None:
         lo, hi = ad["interval"]

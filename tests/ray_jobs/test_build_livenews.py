@@ -130,7 +130,7 @@ def test_the_same_model_in_both_roles_is_refused_by_what_it_serves_not_its_name(
 
 @pytest.mark.ray
 @pytest.mark.timeout(600)
-def test_a_build_allowed_one_model_in_both_roles_is_self_verified_everywhere(tmp_path):
+def test_a_build_allowed_one_model_in_both_roles_is_self_verified_everywhere(tmp_path, capsys):
     both = FakeOpenAI(lambda msgs, req: (verifier if _is_check(msgs) else generator)(msgs, req),
                       models=[{"id": "gen", "root": "/models/one"}, {"id": "ver", "root": "/models/one"}])
     with both:
@@ -138,6 +138,37 @@ def test_a_build_allowed_one_model_in_both_roles_is_self_verified_everywhere(tmp
                                                    "build.allow_same_model=true", "benchmark.limit=3"))
     assert m["self_verified"] and m["marks"] == ["SELF-VERIFIED"]
     assert "SELF-VERIFIED" in (out / "card.md").read_text() and "SELF-VERIFIED" in (out / "report.html").read_text()
+    assert len(_lines(out / "questions.jsonl")) == 1
+
+    # a run over the release carries the mark: its summary, its tables, its report, its export
+    from engine.scoring.metric_table import tables_markdown
+    from ray_jobs.cluster.session import Session
+    from ray_jobs.config.compose import compose
+    from ray_jobs.outputs.export import export
+    from ray_jobs.outputs.report import build as build_report
+    from ray_jobs.run import run
+
+    with FakeOpenAI(livenews_responder()) as srv:
+        cfg = compose(["benchmark=livenews", "agent=livenews", f"benchmark.data_dir={out}",
+                       "model=openai_compatible", f"model.base_url={srv.base_url}", "model.name=fake",
+                       "model.api_key_env=", f"run.dir={tmp_path / 'eval'}", "run.progress=false", "judge=self",
+                       "cluster.num_workers=1", "cluster.num_cpus=4"])
+        session = Session()
+        try:
+            capsys.readouterr()
+            run(cfg, session)
+        finally:
+            session.close()
+    assert "**SELF-VERIFIED: the questions of" in capsys.readouterr().out
+    from engine.storage import EpisodeStore
+
+    rows = EpisodeStore(tmp_path / "eval").metrics().to_pylist()
+    assert "SELF-VERIFIED" in tables_markdown(rows, ["livenews"])
+    page = build_report([tmp_path / "eval"], tmp_path / "report")
+    assert "SELF-VERIFIED" in Path(page).read_text()
+    export(str(tmp_path / "eval"), "mlflow", tracking_uri=(tmp_path / "mlruns").as_uri())
+    tags = [f.read_text() for f in (tmp_path / "mlruns").rglob("tags/dateline.marks")]
+    assert tags and all("SELF-VERIFIED" in t for t in tags), tags
 
 
 def _is_check(messages: list[dict]) -> bool:

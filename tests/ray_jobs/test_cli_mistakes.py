@@ -18,7 +18,7 @@ from engine.storage import EpisodeStore
 from ray_jobs.cli import main as cli
 from tests.factories import episode_row
 
-COMMANDS = ["run", "estimate", "pairwise", "analyst-checklists", "metrics", "tables", "report", "show", "repair",
+COMMANDS = ["run", "build", "estimate", "pairwise", "analyst-checklists", "metrics", "tables", "report", "show", "repair",
             "export", "race-replay", "convert-realtimeqa", "doctor"]
 
 

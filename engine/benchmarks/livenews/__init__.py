@@ -20,6 +20,7 @@ from engine.config import Config
 from engine.errors import ConfigError
 from engine.identity import prompt_version, source_version
 from engine.inputs.order import task_order
+from engine.inputs.paths import data_path
 from engine.protocol import (
     Benchmark,
     BenchmarkBase,
@@ -64,6 +65,10 @@ class LiveNewsBenchmark(BenchmarkBase):
         pa.field("latest_result_date", pa.string()),
     ]
 
+    def data_warnings(self, data: dict[str, Any]) -> list[str]:
+        """A release of ``dateline build`` whose verifier was its generator says so with every number."""
+        return release_marks(data.get("data_dir"))
+
     def validate(self, cfg: Config) -> None:
         b, a = cfg.benchmark, cfg.agent
         if b.source not in ("livenewsbench", "realtimeqa"):
@@ -87,7 +92,6 @@ class LiveNewsBenchmark(BenchmarkBase):
                 raise ConfigError(f"benchmark.{key}: must be >= 1, got {getattr(b, key)}")
         if b.window_days is not None and (b.window_days < 0 or not b.date_window):
             raise ConfigError("benchmark.window_days: needs date_window=true and a value >= 0")
-        from engine.inputs.paths import data_path
 
         for key in (("pages",) if b.source == "realtimeqa" else ("questions", "pages")):
             if not data_path(getattr(b, key)).exists():
@@ -188,3 +192,26 @@ class LiveTask:
 
 
 BENCHMARK: Benchmark[LiveTask] = LiveNewsBenchmark()
+
+
+@functools.cache
+def _manifest(path: str) -> dict[str, Any]:
+    try:
+        out: dict[str, Any] = json.loads(open(path, encoding="utf-8").read())
+        return out
+    except (OSError, ValueError):
+        return {}
+
+
+def release_marks(data_dir: str | None) -> list[str]:
+    """The warnings of a release folder's manifest (``dateline build``): SELF-VERIFIED when one
+    model drafted and verified its questions; none for a folder without a manifest."""
+    if not data_dir:
+        return []
+    m = _manifest(str(data_path(data_dir) / "manifest.json"))
+    if not m.get("self_verified"):
+        return []
+    return [f"SELF-VERIFIED: the questions of {data_dir} were drafted and verified by one model "
+            f"({', '.join(m.get('models', {}).get('generator', {}).get('identity') or []) or 'its generator'}; "
+            "dateline build with build.allow_same_model=true): the answer check is the model agreeing with itself"]
+

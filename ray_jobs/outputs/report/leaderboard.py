@@ -16,6 +16,7 @@ from engine.protocol import Benchmark
 from engine.scoring import cutoff, outcomes, stats
 from engine.scoring import views as sv
 from engine.scoring.judges import SELF_JUDGED
+from engine.scoring.outcome_marks import warnings_of
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.compute_runs import config_group, judged_block
 from ray_jobs.outputs.report.sections import ConfigGroup, JudgedBlock, label_groups, num
@@ -152,7 +153,7 @@ def _counts(g: ConfigGroup) -> outcomes.Counts:
 def _marks(bench: Benchmark[Any], g: ConfigGroup) -> tuple[str, ...]:
     return (("INCOMPLETE",) * _counts(g).incomplete + (outcomes.PARTIALLY_JUDGED,) * _counts(g).partially_judged
             + (SELF_JUDGED.upper(),) * g.self_judged
-            + tuple(w.split(":")[0].strip() for w in bench.config_warnings(g.agent)))
+            + tuple(w.split(":")[0].strip() for w in warnings_of(bench, g.agent, g.data)))
 
 
 def _vs(e: stats.Estimate, lead: stats.Estimate | None, lower: bool) -> str:

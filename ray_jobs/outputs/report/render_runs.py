@@ -7,6 +7,7 @@ import math
 from engine.benchmarks import get_benchmark
 from engine.scoring import cutoff, outcomes, stats
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
+from engine.scoring.outcome_marks import warnings_of
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import plots
 from ray_jobs.outputs.report.leaderboard import CrossRunSection, Leaderboard
@@ -46,7 +47,7 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
     bench = get_benchmark(s.name)
     for g in s.groups:
-        for w in bench.config_warnings(g.agent):
+        for w in warnings_of(bench, g.agent, g.data):
             page.strong(f"{g.label}: {w}")
     incomplete = [g for g in s.groups if g.counts is not None and g.counts.incomplete]
     if incomplete:
