@@ -34,7 +34,7 @@ from engine.scoring.judges import SELF_VERIFIED, same_model
 from engine.storage import EpisodeStore
 from ray_jobs.build.report import write_card, write_report
 from ray_jobs.config.point import resolve
-from ray_jobs.judging.stream import run_judge_identity
+from ray_jobs.judging.stream import MALFORMED, run_judge_identity
 from ray_jobs.run.info import RunInfo
 
 STAGE_FIELDS = ["item_id", "episode_id", "stage", "model_role", "prompt_version", "model", "model_identity", "output",
@@ -61,11 +61,29 @@ def point_rows(cfg: Config) -> tuple[BuildBenchmark, list[dict[str, Any]], list[
     rows = store.episodes(config_hash=spec.config_hash).to_pylist()
     judged = store.judgements_by_judge(bench.parse_judgement, config_hash=spec.config_hash).get(judge.id, {})
     evaluation = json.loads(judge.evaluation) if judge.evaluation else {}
-    for r in rows:
-        r["judgements"], r["evaluation"] = judged.get(r["episode_id"], {}), evaluation
     eids = {r["episode_id"] for r in rows}
     jrows = [r for r in store.judgement_rows(judge=judge.id, ok=None) if r["episode_id"] in eids]
+    retry = failed_at_endpoint(jrows)
+    for r in rows:
+        eid = r["episode_id"]
+        # a check whose call failed at the endpoint has no answer yet (the next run asks it again):
+        # its item is pending, not rejected as unreadable
+        r["judgements"] = {k: v for k, v in judged.get(eid, {}).items() if v is not None or (eid, k) not in retry}
+        r["evaluation"] = evaluation
     return bench, rows, jrows, judge.weights
+
+
+def failed_at_endpoint(jrows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(episode, key) of the checks with no answer whose newest attempt failed at the endpoint (a
+    timeout, a server down), not with a malformed answer: as ``ray_jobs.judging.stream.settled``
+    reads them, the next run asks these again."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    answered = {(j["episode_id"], j["key"]) for j in jrows if j.get("ok")}
+    for j in jrows:
+        k = (j["episode_id"], j["key"])
+        if k not in answered and (k not in last or j["batch_id"] > last[k]["batch_id"]):
+            last[k] = j
+    return {k for k, j in last.items() if not (j.get("error") or "").startswith(MALFORMED)}
 
 
 def publish_point(cfg: Config, info: RunInfo) -> Path:

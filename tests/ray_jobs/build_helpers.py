@@ -107,3 +107,24 @@ def build_overrides(gen_url: str, ver_url: str, folder: Path, run_dir: Path, *ex
             "judge=openai_compatible", f"judge.base_url={ver_url}", "judge.model=ver", "judge.api_key_env=",
             f"run.dir={run_dir}", "run.progress=false", "run.flush_interval_s=0", "cluster.num_workers=1",
             "cluster.episodes_per_worker=2", "cluster.num_cpus=4", *extra]
+
+
+def build_in_process(overrides: list[str]) -> tuple[Path, dict[str, Any]]:
+    """``dateline build`` in this process (compose, the build checks, the run, the publish step):
+    the release folder and its manifest. Starts Ray: a test calling it is marked ``ray``."""
+    from ray_jobs.build.entry import check_builds, publish_all
+    from ray_jobs.build.publish import release_dir
+    from ray_jobs.cluster.session import Session
+    from ray_jobs.config.compose import compose
+    from ray_jobs.run.sweep import run_sweep
+
+    cfg = compose(overrides)
+    check_builds([cfg])
+    session = Session()
+    try:
+        infos = run_sweep([cfg], session, print_summary=False)
+        publish_all([cfg], infos)
+    finally:
+        session.close()
+    out = release_dir(cfg)
+    return out, json.loads((out / "manifest.json").read_text())

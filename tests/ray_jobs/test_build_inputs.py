@@ -1,7 +1,8 @@
 """``dateline build build=livenews`` and its inputs, on scripted models (tests/ray_jobs/build_helpers.py):
 bad article rows quarantined with file, row and field and counted in the manifest (or, by default,
-refused in one line before anything runs), and the human review's CSV of accept/reject decisions
-selecting the verified subset of the test split, its rejections counted."""
+refused in one line before anything runs), the human review's CSV of accept/reject decisions
+selecting the verified subset of the test split, its rejections counted, and a verifier that was
+down for a call: that pair is pending, not rejected, and the next build asks the call again."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,33 @@ def test_a_bad_article_row_stops_the_build_in_one_line_before_anything_runs(tmp_
         p.stderr[-3000:]
     assert "Traceback" not in p.stderr and asked == 0
     assert not (tmp_path / "run" / "episodes").exists() and not (tmp_path / "run" / "release").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_verifier_call_that_failed_at_the_endpoint_leaves_its_pair_pending_until_the_next_build(tmp_path):
+    down = threading.Event()
+    down.set()
+
+    def flaky(messages: list[dict[str, Any]], req: dict[str, Any]) -> Any:
+        p = messages[0]["content"]
+        if down.is_set() and "reply exactly: N/A" in p and "Jezero-2" in p:      # the [differ] pair's answer
+            return (500, "verifier down")
+        return verifier(messages, req)
+
+    with FakeOpenAI(generator) as g, FakeOpenAI(flaky) as v:
+        over = build_overrides(g.base_url, v.base_url, tmp_path / "in", tmp_path / "run")
+        out, m = build_in_process(over)
+        assert m["pending"] == 1 and m["stages"]["answer"]["pending"] == 1
+        assert m["stages"]["answer"]["rejected"] == {"verifier_found_no_answer": 1}      # no "verifier_unreadable"
+        assert m["stages"]["match"]["rejected"] == {} and m["kept"] == 3
+        pending = [r for r in _lines(out / "rejected.jsonl") if r["pending"]]
+        assert [(r["stage"], r["reason"], r["article_title"]) for r in pending] == [
+            ("answer", "no_answer_yet", "Rover lands on Mars crater Jezero-2 [differ]")]
+        down.clear()
+        asked = len(v.requests)
+        _, again = build_in_process([*over, "build.overwrite=true"])
+        retried = [r["messages"][0]["content"] for r in v.requests[asked:]]
+    assert again["pending"] == 0 and again["stages"]["match"]["rejected"] == {"answers_differ": 1}
+    # the call that failed, then the match it unblocked: nothing else was asked again
+    assert len(retried) == 2 and "Jezero-2" in retried[0] and "Gold target: Jezero-2" in retried[1]

@@ -24,7 +24,8 @@ from engine.llm.types import Completion
 from engine.protocol import EpisodeContext
 from engine.runtime.services import LocalService
 from engine.storage import EpisodeStore
-from ray_jobs.build.publish import stage_counts
+from ray_jobs.build.publish import failed_at_endpoint, stage_counts
+from ray_jobs.judging.stream import MALFORMED
 from tests.factories import episode_row
 
 ALL_PASS = {r: True for r in S.RULES}
@@ -358,3 +359,19 @@ def test_a_build_of_fewer_items_than_the_intake_passed_counts_its_model_stages_f
     assert (c["split"]["in"], c["split"]["passed"]) == (1, 1)
     full = stage_counts(get_benchmark("livenews:qa"), verdicts, {"read": 2, "items": 2})
     assert "not_drafted" not in full["intake"]
+
+
+def test_a_check_that_failed_at_the_endpoint_is_asked_again_and_one_answered_badly_is_final():
+    def j(eid: str, key: str, batch: str, ok: bool, error: str = "") -> dict[str, Any]:
+        return {"episode_id": eid, "key": key, "batch_id": batch, "ok": ok, "error": error}
+
+    rows = [j("e1", "answer@1", "b1", False, "HTTP 500: down"),                 # down: asked again
+            j("e2", "answer@1", "b1", False, MALFORMED + ": no answer"),          # answered badly: final
+            j("e3", "answer@1", "b1", False, MALFORMED + ": no answer"),
+            j("e3", "answer@1", "b2", False, "timed out"),                         # the newest failure counts
+            j("e4", "answer@1", "b1", False, "timed out"), j("e4", "answer@1", "b2", True)]   # answered since
+    assert failed_at_endpoint(rows) == {("e1", "answer@1"), ("e3", "answer@1")}
+    # the verdict of a row whose answer check is left out is pending (the row keeps the others)
+    v = B.verdict(row(adherence=rules()))
+    assert v.pending and v.reason == "no_answer_yet"
+    assert not B.verdict(row(answer=None, adherence=rules())).pending       # unreadable: rejected, final
