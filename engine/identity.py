@@ -62,7 +62,10 @@ def episode_relevant(cfg: Config, bench: Benchmark[Any]) -> dict[str, Any]:
     only how finished episodes are judged), so changing those never re-runs episodes. (``limit``
     stays, as None: ids made when it was part of them stay valid.)"""
     drop = {*TASK_PICKERS, *bench.evaluation_fields, *getattr(bench, "alias_fields", ())}
-    return {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
+    out = {k: v for k, v in to_plain(cfg.benchmark).items() if k not in drop} | {"limit": None}
+    if getattr(bench, "prompt_in_config", False):      # a build: its prompts make the configuration
+        out["prompt_version"] = bench.prompt_version
+    return out
 
 
 def model_identity(cfg: Config, uses_model: bool) -> dict[str, Any]:

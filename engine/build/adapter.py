@@ -39,6 +39,10 @@ class BuildBenchmark(BenchmarkBase):
         self.episode_fields: list[pa.Field[Any]] = [*builder.episode_fields, pa.field(COLUMN, pa.string())]
         self.evaluation_fields = builder.evaluation_fields
         self.prompt_version = builder.prompt_version
+        # A new drafting prompt is a new configuration (engine/identity.py), not a second engine in
+        # one: its drafts and checks never mix with the old ones, and the stored calls the new
+        # prompt does not change (relevance) still come from the memo, which reads the whole run dir.
+        self.prompt_in_config = True
         # check versions live in the judge keys (engine.build.protocol.stage_key), so that a changed
         # check re-asks only itself and what follows; the judge identity keeps none
         self.judge_prompt_version = ""

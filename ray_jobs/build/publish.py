@@ -167,10 +167,12 @@ def stage_counts(bench: BuildBenchmark, verdicts: list[Verdict], intake: dict[st
         entry: dict[str, Any] = {"model": s.model, "version": s.version, "what": s.doc, "in": left,
                                  "rejected": dict(sorted(rejected.items())), "pending": pending}
         if s.name == "intake":
-            entry = {"model": "", "version": "", "what": s.doc, "counts": intake, "in": intake.get("read", left),
-                     "rejected": {k: n for k, n in intake.items() if k not in INTAKE_TALLIES and n},
-                     "pending": 0}
-            entry["passed"] = intake.get("items", left)
+            dropped = {k: n for k, n in intake.items() if k not in INTAKE_TALLIES and n}
+            # in = passed + every row left out, by reason (quarantined rows and unusable dump
+            # results never became articles, so "read" alone would not add up)
+            entry = {"model": "", "version": "", "what": s.doc, "counts": intake, "rejected": dropped, "pending": 0,
+                     "passed": intake.get("items", left)}
+            entry["in"] = entry["passed"] + sum(dropped.values())
             # benchmark.limit / task_ids drafted fewer items than the intake passed (or the run
             # stopped before some): the model stages start from the items drafted
             if entry["passed"] > left:

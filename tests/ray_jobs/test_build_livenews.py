@@ -256,7 +256,8 @@ def _stored_prompts(run_dir: Path, overrides: list[str]) -> set[str]:
 @pytest.mark.timeout(900)
 def test_a_changed_check_prompt_re_asks_only_that_check(tmp_path):
     """A new adherence prompt (DATELINE_BUILD_PROMPTS) makes a new adherence version: the same
-    command asks the verifier that check again for every drafted pair, and nothing else."""
+    command asks the verifier that check again for every drafted pair, and nothing else. Then a new
+    drafting prompt: every draft and every check after it again, no relevance call."""
     own = tmp_path / "prompts"
     own.mkdir()
     from engine.benchmarks.livenews.build.stages import PROMPTS
@@ -273,6 +274,18 @@ def test_a_changed_check_prompt_re_asks_only_that_check(tmp_path):
         out, _ = second.communicate(timeout=600)
         assert second.returncode == 0, out
         asked = _prompts(ver)[n_ver:]
-    assert len(gen.requests) == n_gen, "a changed check re-ran a draft"
+        # a new drafting prompt: new drafts, and every check after them; the relevance calls before
+        # drafting are the stored ones (the memo), never asked again
+        (own / "draft.txt").write_text((PROMPTS / "draft.txt").read_text().replace(
+            "Write one factual question", "Write a single factual question"))
+        n_gen2, n_ver2 = len(gen.requests), len(ver.requests)
+        third = _cli([*over, "build.overwrite=true"], env={"DATELINE_BUILD_PROMPTS": str(own)})
+        out, _ = third.communicate(timeout=600)
+        assert third.returncode == 0, out
+        redrafted, rechecked = _prompts(gen)[n_gen2:], _prompts(ver)[n_ver2:]
+    assert n_gen2 == n_gen, "a changed check re-ran a draft"
     assert asked and all("Consider each rule carefully" in p for p in asked), asked[:2]
     assert len(asked) == 7             # every drafted pair: 9 articles, one irrelevant, one skipped
+    assert len(redrafted) == 8 and all("Write a single factual question" in p for p in redrafted), redrafted[:1]
+    assert not any("News event summary:" in p for p in redrafted), "a relevance call was asked again"
+    assert len(rechecked) == 7 * 2 + 6  # answer and guidelines for 7 drafts, the comparison for 6 answered

@@ -44,6 +44,9 @@ ALL_PASS = {r: True for r in S.RULES}
     ("Answer: Yesterday's story", None),     # not a verdict
     ("Answer: maybe", None),
     ("", None),
+    ("No", False),                          # the word alone (the bundled 0.5B model's whole reply)
+    ("**Yes.**", True),
+    ("No, because it is about a storm", None),   # a sentence is not the word alone
 ])
 def test_parse_relevance_reads_the_last_answer_line(text, want):
     assert S.parse_relevance(text) is want
@@ -336,7 +339,7 @@ def test_stage_counts_follow_the_items_through_every_stage():
     got = {s: (e["in"], e["passed"], e["rejected"], e["pending"]) for s, e in c.items()}
     assert got == {
         # tallies (read, assigned, groups, items) are no rejection, and a zero count is left out
-        "intake": (15, 12, {"quarantined": 2, "outlet_not_allowed": 1, "outside_event_window": 2}, 0),
+        "intake": (17, 12, {"quarantined": 2, "outlet_not_allowed": 1, "outside_event_window": 2}, 0),   # in = passed + left out
         "relevance": (12, 10, {"irrelevant": 2}, 0),
         "draft": (10, 8, {"skipped": 1}, 1),
         "answer": (8, 7, {"verifier_found_no_answer": 1}, 0),

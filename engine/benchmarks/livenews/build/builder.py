@@ -118,7 +118,7 @@ class QABuilder:
                JudgeRequest(eid, ADHERENCE_KEY, S.adherence_messages(q, ans, title, text, row["knowledge_date"]),
                             int(b.get("adherence_max_tokens", 160)), json_schema=S.ADHERENCE_SCHEMA)]
         verified = judged.get(eid, {}).get(ANSWER_KEY)
-        if verified is not None:
+        if verified is not None and not verified.strip().upper().startswith(S.NOT_ANSWERED):   # else nothing to compare
             out.append(JudgeRequest(eid, MATCH_KEY, S.match_messages(q, ans, verified), 8))
         return out
 

@@ -88,10 +88,17 @@ def adherence_messages(question: str, answer: str, title: str, text: str, knowle
 _VERDICT = re.compile(r"answer\s*[:：]\s*\**\s*(yes|no)\b", re.IGNORECASE)
 
 
+_BARE = re.compile(r"\W*(yes|no)\W*", re.IGNORECASE)
+
+
 def parse_relevance(text: str) -> bool | None:
-    """Figure 5's verdict: the last ``Answer: Yes`` / ``Answer: No`` in the reply; None when absent."""
+    """Figure 5's verdict: the last ``Answer: Yes`` / ``Answer: No`` in the reply, or a reply that is
+    the word alone (``No``, ``**Yes.**``: the bundled 0.5B model answers so); None otherwise."""
     found = _VERDICT.findall(text or "")
-    return found[-1].lower() == "yes" if found else None
+    if found:
+        return found[-1].lower() == "yes"
+    bare = _BARE.fullmatch((text or "").strip())
+    return bool(bare.group(1).lower() == "yes") if bare else None
 
 
 _FIELD = {"question": r"question", "answer": r"answer", "stability": r"temporal\s+stability", "explanation": r"explanation"}
