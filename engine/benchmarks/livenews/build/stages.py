@@ -96,7 +96,7 @@ def parse_relevance(text: str) -> bool | None:
     the word alone (``No``, ``**Yes.**``: the bundled 0.5B model answers so); None otherwise."""
     found = _VERDICT.findall(text or "")
     if found:
-        return found[-1].lower() == "yes"
+        return bool(found[-1].lower() == "yes")
     bare = _BARE.fullmatch((text or "").strip())
     return bool(bare.group(1).lower() == "yes") if bare else None
 
