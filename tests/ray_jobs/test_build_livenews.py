@@ -20,28 +20,9 @@ import pytest
 from engine.errors import ConfigError
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import REPO, livenews_responder
-from tests.ray_jobs.build_helpers import build_overrides, generator, verifier
+from tests.ray_jobs.build_helpers import build_in_process, build_overrides, generator, verifier
 
 pytestmark = [pytest.mark.slow]
-
-
-def _build_in_process(overrides: list[str]) -> tuple[Path, dict]:
-    from ray_jobs.build.entry import check_builds, publish_all
-    from ray_jobs.build.publish import release_dir
-    from ray_jobs.cluster.session import Session
-    from ray_jobs.config.compose import compose
-    from ray_jobs.run.sweep import run_sweep
-
-    cfg = compose(overrides)
-    check_builds([cfg])
-    session = Session()
-    try:
-        infos = run_sweep([cfg], session, print_summary=False)
-        publish_all([cfg], infos)
-    finally:
-        session.close()
-    out = release_dir(cfg)
-    return out, json.loads((out / "manifest.json").read_text())
 
 
 def _lines(path: Path) -> list[dict]:
@@ -52,7 +33,7 @@ def _lines(path: Path) -> list[dict]:
 @pytest.mark.timeout(600)
 def test_every_stage_keeps_and_rejects_with_its_reason_and_dateline_run_scores_the_release(tmp_path):
     with FakeOpenAI(generator) as gen, FakeOpenAI(verifier) as ver:
-        out, m = _build_in_process(build_overrides(gen.base_url, ver.base_url, tmp_path / "in", tmp_path / "run"))
+        out, m = build_in_process(build_overrides(gen.base_url, ver.base_url, tmp_path / "in", tmp_path / "run"))
     st = m["stages"]
     assert st["intake"]["in"] == 9 and st["intake"]["passed"] == 9 and st["intake"]["rejected"] == {}
     assert st["relevance"]["rejected"] == {"irrelevant": 1} and st["relevance"]["passed"] == 8
@@ -134,7 +115,7 @@ def test_a_build_allowed_one_model_in_both_roles_is_self_verified_everywhere(tmp
     both = FakeOpenAI(lambda msgs, req: (verifier if _is_check(msgs) else generator)(msgs, req),
                       models=[{"id": "gen", "root": "/models/one"}, {"id": "ver", "root": "/models/one"}])
     with both:
-        out, m = _build_in_process(build_overrides(both.base_url, both.base_url, tmp_path / "in", tmp_path / "run",
+        out, m = build_in_process(build_overrides(both.base_url, both.base_url, tmp_path / "in", tmp_path / "run",
                                                    "build.allow_same_model=true", "benchmark.limit=3"))
     assert m["self_verified"] and m["marks"] == ["SELF-VERIFIED"]
     assert "SELF-VERIFIED" in (out / "card.md").read_text() and "SELF-VERIFIED" in (out / "report.html").read_text()

@@ -17,7 +17,8 @@ import numpy as np
 BLOCK = 512
 
 
-def _unit_rows(vectors: np.ndarray, n: int) -> np.ndarray:
+def unit_rows(vectors: np.ndarray, n: int) -> np.ndarray:
+    """``vectors`` as float64 rows of length one (a zero row stays zero), checked: ``n`` rows, finite."""
     v = np.asarray(vectors, dtype=np.float64)
     if v.ndim != 2 or v.shape[0] != n:
         raise ValueError(f"expected {n} vectors (one row per id), got an array of shape {v.shape}")
@@ -36,7 +37,7 @@ def near_duplicates(ids: Sequence[str], vectors: np.ndarray, threshold: float) -
         raise ValueError("near_duplicates: ids must be unique")
     if not -1.0 <= threshold <= 1.0:
         raise ValueError(f"near_duplicates: threshold must be a cosine in [-1, 1], got {threshold}")
-    v = _unit_rows(vectors, len(ids))
+    v = unit_rows(vectors, len(ids))
     zero: np.ndarray = np.logical_not(v.any(axis=1))
     kept = np.zeros(len(ids), dtype=bool)
     out: dict[str, str] = {}

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from engine.benchmarks.livenews.build.articles import Article
+from engine.benchmarks.livenews.build.dedupe import unit_rows
 from engine.inputs.jsonl import UniqueIds, field_date, field_id, field_str, read_parsed
 from engine.inputs.quarantine import Quarantine
 
@@ -76,15 +77,7 @@ def article_text(a: Article) -> str:
 
 def unit_vectors(embed: Embed, texts: Sequence[str]) -> np.ndarray:
     """``embed(texts)`` as float64 rows of length one (a zero row stays zero); checks the shape."""
-    vecs = np.asarray(embed(list(texts)), dtype=np.float64)
-    if vecs.ndim != 2 or vecs.shape[0] != len(texts):
-        raise ValueError(f"embed returned shape {vecs.shape} for {len(texts)} texts")
-    if not np.isfinite(vecs).all():
-        raise ValueError("embed returned a vector that is not finite")
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    out = np.zeros_like(vecs)
-    np.divide(vecs, norms, out=out, where=norms > 0)
-    return out
+    return unit_rows(embed(list(texts)), len(texts))
 
 
 def _counter(counts: Counter[str] | None) -> Counter[str]:
