@@ -47,6 +47,9 @@ def write_card(path: Path, m: dict[str, Any]) -> None:
         r = m["review"]
         lines += [f"Human review ({r['file']}): {r['accepted']} accepted, {r['rejected']} rejected, "
                   f"{r['unreviewed']} not reviewed; the verified subset is questions_verified.jsonl.", ""]
+    if m.get("stages_off"):
+        lines += [f"**Stages switched off: {', '.join(m['stages_off'])}.** Their filter did not run: the "
+                  "release holds pairs the paper's pipeline would have checked there.", ""]
     lines += ["## Inputs", ""] + [f"- {i['path']} ({i['bytes']} bytes, sha256 {i['sha256'][:16]})" for i in m["inputs"]]
     lines += ["", "## Prompt versions", ""] + [f"- {k}: {v}" for k, v in sorted(m["prompts"].items())]
     lines += ["", "The manifest (manifest.json) has the counts per stage and reason; stages.parquet has every call."]
@@ -64,6 +67,8 @@ def write_report(path: Path, m: dict[str, Any], verdicts: Sequence[Verdict]) -> 
     if _marks(m):
         page.strong(_marks(m))
     page.para("; ".join(_models(m)))
+    if m.get("stages_off"):
+        page.strong(f"Stages switched off: {', '.join(m['stages_off'])} (their filter did not run).")
     page.heading("Yield per stage")
     rows = [[name, s.get("model") or "-", s.get("in", ""), s.get("passed", ""),
              ", ".join(f"{k} {n}" for k, n in s.get("rejected", {}).items()) or "-", s.get("pending", 0) or "-"]

@@ -378,3 +378,13 @@ def test_a_check_that_failed_at_the_endpoint_is_asked_again_and_one_answered_bad
     v = B.verdict(row(adherence=rules()))
     assert v.pending and v.reason == "no_answer_yet"
     assert not B.verdict(row(answer=None, adherence=rules())).pending       # unreadable: rejected, final
+
+
+def test_the_guideline_check_switched_off_is_not_asked_and_keeps_what_the_comparison_passed():
+    off = {**row(), "evaluation": {"check_adherence": False}}
+    assert [r.key for r in B.QA_BUILDER.checks(off, {})] == [B.ANSWER_KEY]
+    kept = B.verdict({**row(answer="12 days", match="CORRECT"), "evaluation": {"check_adherence": False}})
+    assert kept.kept and kept.set == "main" and kept.stage == "match" and not kept.pending
+    differ = B.verdict({**row(answer="9 days", match="INCORRECT"), "evaluation": {"check_adherence": False}})
+    assert not differ.kept and differ.reason == "answers_differ"
+    assert B.verdict(row(answer="12 days", match="CORRECT")).pending          # on by default: waits for it

@@ -49,7 +49,7 @@ class QABuilder:
     prompt_version = stable_hash(S.RELEVANCE.version, S.DRAFT.version, n=8)
     episode_fields: list[pa.Field[Any]] = [pa.field(n, pa.string()) for n in _STR]
     evaluation_fields = ("dedupe_threshold", "as_of", "review", "answer_max_tokens", "adherence_max_tokens",
-                         "on_bad_rows")
+                         "check_adherence", "on_bad_rows")
     stages: tuple[Stage, ...] = S.STAGES
     sets = (MAIN, LONGITUDINAL)
 
@@ -114,9 +114,10 @@ class QABuilder:
         b = _settings(row)
         eid, q, ans = row["episode_id"], row["question"], row["answer"]
         title, text = row["article_title"], row["article_text"]
-        out = [JudgeRequest(eid, ANSWER_KEY, S.answer_messages(q, title, text), int(b.get("answer_max_tokens", 48))),
-               JudgeRequest(eid, ADHERENCE_KEY, S.adherence_messages(q, ans, title, text, row["knowledge_date"]),
-                            int(b.get("adherence_max_tokens", 160)), json_schema=S.ADHERENCE_SCHEMA)]
+        out = [JudgeRequest(eid, ANSWER_KEY, S.answer_messages(q, title, text), int(b.get("answer_max_tokens", 48)))]
+        if b.get("check_adherence", True):
+            out.append(JudgeRequest(eid, ADHERENCE_KEY, S.adherence_messages(q, ans, title, text, row["knowledge_date"]),
+                                    int(b.get("adherence_max_tokens", 160)), json_schema=S.ADHERENCE_SCHEMA))
         verified = judged.get(eid, {}).get(ANSWER_KEY)
         if verified is not None and not verified.strip().upper().startswith(S.NOT_ANSWERED):   # else nothing to compare
             out.append(JudgeRequest(eid, MATCH_KEY, S.match_messages(q, ans, verified), 8))
@@ -173,6 +174,8 @@ def verdict(row: Row) -> Verdict:
                        "grade_unreadable", shown | {"verifier_answer": verified}, pending=MATCH_KEY not in j)
     if match != "CORRECT":
         return reject(S.MATCH, "answers_differ", verifier_answer=verified, grade=match)
+    if not _settings(row).get("check_adherence", True):       # the guideline check switched off
+        return Verdict(item, eid, True, MAIN, S.MATCH.name, KEPT, shown | {"verifier_answer": verified})
     if ADHERENCE_KEY not in j or rules is None:
         return Verdict(item, eid, False, "", S.ADHERENCE.name, "no_adherence_yet" if ADHERENCE_KEY not in j
                        else "adherence_unreadable", shown | {"verifier_answer": verified},

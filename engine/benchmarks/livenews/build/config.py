@@ -30,6 +30,9 @@ class LivenewsBuildConfig:
     dedupe_threshold: float = 0.9          # MiniLM cosine of two questions that makes the later a duplicate
     as_of: str | None = None               # the date split's reference (None: the latest event)
     review: str | None = None              # CSV of id, decision (accept | reject): the human-verified subset
+    # The guideline check (section 2.2's last filter); false keeps every pair the comparison passed:
+    # an ablation (what does the check remove?), said in the manifest and the card.
+    check_adherence: bool = True
     answer_max_tokens: int = 48
     adherence_max_tokens: int = 160
 

@@ -89,6 +89,8 @@ def publish(verdicts: Sequence[Verdict], cfg: Config, out: Path) -> tuple[list[V
         "intake": dict(ink.counts), "splits": {s: {"n": sum(q["split"] == s for q in questions), **rng}
                                                 for s, rng in split_ranges(split_dates(questions), as_of).items()},
         "files": sorted(p.name for p in out.iterdir()), "dedupe_threshold": b.dedupe_threshold,
+        "stages_off": [name for name, on in (("relevance", cfg.agent.check_relevance),
+                                             ("adherence", b.check_adherence)) if not on],
         "as_of": b.as_of}
     if b.review:
         decisions = read_review(data_path(b.review), known=[q["id"] for q in questions])
