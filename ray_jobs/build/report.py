@@ -34,9 +34,9 @@ def write_card(path: Path, m: dict[str, Any]) -> None:
     lines = [f"# {m['builder']} release ({m['created']})", ""]
     if _marks(m):
         lines += [f"**{_marks(m)}**", ""]
-    lines += ["Questions drafted from dated news articles by one model and kept only when a second model, "
-              "reading the same article, gave the same answer and found every guideline met (LiveNewsBench, "
-              "section 2). Run it with `dateline run benchmark=livenews benchmark.data_dir=<this folder>` "
+    lines += ["Questions drafted from dated news articles by the generator and kept when the verifier, reading "
+              "the same article, gave the same answer and found every guideline met, unless a stage is switched "
+              "off below (LiveNewsBench, section 2). Run it with `dateline run benchmark=livenews benchmark.data_dir=<this folder>` "
               "(`benchmark.split=test` for the test split).", "", "## Models", ""]
     lines += [f"- {x}" for x in _models(m)] + ["", "## Splits", "", "| split | questions | first event | last event |",
                                                 "|---|---|---|---|"]
