@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.config import Config
+from engine.errors import ConfigError
 from ray_jobs.cluster import signals
 from ray_jobs.run.info import RunInfo
 from ray_jobs.run.results import exit_code
@@ -36,6 +37,9 @@ def hydra_entry(verb: str = "run", check: Callable[[list[Config]], None] | None 
     def sweep(session: Any) -> None:
         if check is not None:
             check(cfgs)
+        elif any(c.build is not None for c in cfgs):       # a build's drafts without their publish step
+            raise ConfigError(f"build: build={cfgs[0].build.name if cfgs[0].build else ''} is for dateline build, "
+                              f"which publishes the release; dateline {verb} would only draft")
         infos.extend(run_sweep(cfgs, session, command))
         if then is not None:
             then(cfgs, infos)

@@ -270,3 +270,12 @@ def test_a_changed_check_prompt_re_asks_only_that_check(tmp_path):
     assert len(redrafted) == 8 and all("Write a single factual question" in p for p in redrafted), redrafted[:1]
     assert not any("News event summary:" in p for p in redrafted), "a relevance call was asked again"
     assert len(rechecked) == 7 * 2 + 6  # answer and guidelines for 7 drafts, the comparison for 6 answered
+
+
+def test_dateline_run_refuses_a_build_in_one_line(tmp_path):
+    """``dateline run build=livenews`` would draft and never publish: refused before anything starts."""
+    p = subprocess.run([sys.executable, "-m", "ray_jobs.cli", "run", "build=livenews", f"run.dir={tmp_path / 'run'}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert p.returncode == 2 and "is for dateline build" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "run").exists()
