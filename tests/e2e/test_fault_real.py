@@ -1,7 +1,10 @@
 """A replica killed mid-run on real parts (issue 11, part 3; issue 29): the vLLM server of the
-only replica is SIGKILLed while episodes are in flight, and again once its restart serves; the
-driver's health check restarts it each time, the episodes' calls wait for it (spending none of
-their retries) and go on, and the run completes with 0 failed episodes, each stored once."""
+only replica is SIGKILLed while episodes are in flight; the driver's health check restarts it, the
+episodes' calls wait for it (spending none of their retries) and go on, and the run completes with 0
+failed episodes, each stored once. (A restarted replica is watched as the first one was: a hosted
+vLLM-like engine restarted again and again in ``tests/e2e/test_slow_engine.py``, a replica restarted
+twice while a call waits in ``tests/hosting/test_fault_tolerance.py``. One kill here since issue 45:
+each vLLM start costs CI about 100 s.)"""
 
 from __future__ import annotations
 
@@ -59,8 +62,8 @@ def _kill_server(parent: int, killed: list[int]) -> bool:
 
 
 def test_a_killed_replica_is_restarted_and_the_run_completes(tmp_path):
-    """Why it takes minutes: three vLLM starts (the first, and a restart after each SIGKILL) while 4
-    episodes wait and go on; the second kill shows that a restarted replica is watched too."""
+    """Why it takes minutes: two vLLM starts (the first, and the restart after the SIGKILL) while 4
+    episodes wait and go on."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "ray_jobs.run", "benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4",
            "agent.max_searches=2", "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none",
@@ -70,18 +73,18 @@ def test_a_killed_replica_is_restarted_and_the_run_completes(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed: list[int] = []
     killer = threading.Thread(target=_kill_server_after,
-                              args=(proc.pid, tmp_path / "logs" / replica_log_name(QWEN, 0), 12.0, killed))
+                              args=(proc.pid, tmp_path / "logs" / replica_log_name(QWEN, 0), 12.0, killed, 1))
     killer.start()
     out, err = proc.communicate(timeout=1700)
     killer.join()
     assert proc.returncode == 0, err[-4000:]
-    assert len(killed) == 2, f"the vLLM server was killed {len(killed)} times, not twice"
+    assert len(killed) == 1, f"the vLLM server was killed {len(killed)} times, not once"
 
     info = json.loads(sorted(tmp_path.glob("run-*.json"))[-1].read_text())
-    assert info["replica_restarts"] >= 2, info
-    assert info["failures"]["replicas"].get(f"{QWEN}: replica restarted: dead", 0) >= 2, info["failures"]
+    assert info["replica_restarts"] >= 1, info
+    assert info["failures"]["replicas"].get(f"{QWEN}: replica restarted: dead", 0) >= 1, info["failures"]
     log = (tmp_path / "logs" / replica_log_name(QWEN, 0)).read_text(errors="replace")
-    assert log.count("Application startup complete") >= 3           # started, killed, started, killed, started
+    assert log.count("Application startup complete") >= 2           # started, killed, started
     store = EpisodeStore(tmp_path, BENCHMARK.episode_fields)
     eps = store.episodes().to_pylist()
     assert len(eps) == 4 and all(e["status"] == "ok" for e in eps), [e["error"][:300] for e in eps]
