@@ -28,7 +28,7 @@ def test_budget_sweep_is_one_job_with_one_model_start_and_two_judges_report_two_
     4 episodes of up to 5 turns and their grading on CPU. Two sweep points are the fewest that show one
     model start serving a whole sweep."""
     sweep = ["-m", "benchmark=livenews", "agent=livenews_guided", "agent.max_searches=1,3", "benchmark.limit=2",
-             "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=256", f"run.dir={tmp_path}",
+             "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=192", f"run.dir={tmp_path}",
              "run.progress=false", "cluster.episodes_per_worker=4"]
     other = ["judge=hosted_model", "judge.hosted_model.name=qwen-judge", "judge.hosted_model.served_name=qwen-judge"]
     out = run_module("ray_jobs.run", *sweep, *other, timeout=2000)
