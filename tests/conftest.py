@@ -82,8 +82,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     shared = {i.nodeid for i in items if SharedModelServer.FIXTURE in getattr(i, "fixturenames", ())}
     _shared_model.users = shared
     # the tests on the shared server run last, one after another: it starts once, and it never sits
-    # idle (about 7 GB of a 24 GB machine) while other tests host vLLM servers of their own
-    items.sort(key=lambda i: i.nodeid in shared)
+    # idle (about 7 GB of a 24 GB machine) while other tests host vLLM servers of their own. Before
+    # them, whole modules with a slow or Ray test come first, so that on two xdist workers the
+    # minute-long tests start early instead of leaving one worker alone at the end (modules stay
+    # together: a module-scoped fixture is set up once)
+    heavy = {i.module.__name__ for i in items if i.module is not None
+             and (i.get_closest_marker("slow") or i.get_closest_marker("ray"))}
+    items.sort(key=lambda i: (i.nodeid in shared, i.module is None or i.module.__name__ not in heavy))
 
 
 @pytest.hookimpl(tryfirst=True)
