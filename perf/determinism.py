@@ -8,7 +8,7 @@ temperature 0, each run in a different arrival order (reversed, staggered), with
 Off, the server batches up to ``max_num_seqs`` requests and reuses cached prefixes, so what a
 request is computed with (its batch mates, a cache hit or not) depends on arrival order. On
 (``engine.hosting.vllm_server.reproducible_settings``): one sequence at a time on CPU, no prefix
-cache. ``tests/e2e/test_determinism_real.py`` runs the "on" case in CI.
+cache. ``tests/e2e/test_real_lifecycle.py`` runs the "on" case in CI.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ status=0
 "$PY" -m pytest -ra --durations=30 -n 2 --dist worksteal -m "not real and not serial" || status=$?
 echo "scripts/test.sh: the parallel part exited $status" >&2
 serial=0
-"$PY" -m pytest -ra --durations=30 -m "real or serial" || serial=$?
+# (DATELINE_TEST_CLOCK: each test's setup+call+teardown seconds and the time, printed as it ends, so
+# a run cut short by a time limit still says where its time went)
+DATELINE_TEST_CLOCK=1 "$PY" -m pytest -ra --durations=30 -m "real or serial" || serial=$?
 echo "scripts/test.sh: the serial part (real and serial tests) exited $serial" >&2
 if [ "$status" -ne 0 ] || [ "$serial" -ne 0 ]; then
     exit 1

@@ -122,9 +122,25 @@ _SLOW_S = 1.0
 _slow_unmarked: list[tuple[float, str]] = []
 
 
+_clock: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.duration > _SLOW_S and "slow" not in report.keywords:
         _slow_unmarked.append((report.duration, report.nodeid))
+    if os.environ.get("DATELINE_TEST_CLOCK"):      # scripts/test.sh's serial part: a test's wall time as it ends
+        _clock[report.nodeid] = _clock.get(report.nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            tr = _config[0].pluginmanager.get_plugin("terminalreporter") if _config else None
+            if tr is not None:
+                tr.write_line(f"\n[{dt.datetime.now():%H:%M:%S}] {_clock.pop(report.nodeid):7.1f} s  {report.nodeid}")
+
+
+_config: list[pytest.Config] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _config.append(config)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:

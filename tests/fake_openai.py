@@ -75,6 +75,7 @@ class EngineBehaviour:
     info: dict[str, Any] = field(default_factory=dict)   # GET /info (pid, argv, ...)
     wedge_after: int = -1                   # after N completions every request hangs; /health answers
     blackhole_after: int = -1               # after N completions every request, /health too, hangs (a lost node)
+    held_log: str = ""                      # a file that gets a line for each episode call the black hole holds
     health_delay_s: float = 0.0             # /health answers after this (a saturated server)
     busy: bool = False                      # the completion delay computes instead of sleeping
     canary: str = "answer"                  # "behind": the liveness canary waits for the long steps
@@ -248,6 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length", 0))
         raw = self.rfile.read(n)
         if self._blackholed():
+            if eng and eng.held_log and not self.headers.get("X-Dateline-Canary"):
+                with open(eng.held_log, "a") as f:  # the test counts the calls that had to move
+                    f.write(f"held {self.path}\n")
             threading.Event().wait()            # accepted, never answered
         if not self._authorized():
             return

@@ -24,7 +24,7 @@ Failure modes a replica's lifecycle must handle (flags or environment):
 * ``--fake-blackhole-after N`` / ``$FAKE_VLLM_BLACKHOLE_AFTER``: after N completions every request,
   ``/health`` and ``/metrics`` included, is accepted and never answered (a node lost silently);
   with ``$FAKE_VLLM_BLACKHOLE_ONE=PATH``, only the first server to create PATH does (one replica
-  of a pool; its restart serves);
+  of a pool; its restart serves), and appends a line to PATH for each episode call it holds;
 * ``--fake-health-delay-s S`` / ``$FAKE_VLLM_HEALTH_DELAY_S``: ``/health`` answers after S seconds
   (a saturated server) while completions go on and the token counters advance;
 * ``--fake-fail-once PATH`` / ``$FAKE_VLLM_FAIL_ONCE``: the first server to create PATH exits at
@@ -100,7 +100,7 @@ def make_server(args: argparse.Namespace, child_pid: int = 0) -> FakeOpenAI:
         except FileExistsError:
             blackhole = -1                  # another replica is the black hole
     engine = EngineBehaviour(served=names, info=info, wedge_after=args.fake_wedge_after,
-                             blackhole_after=blackhole,
+                             blackhole_after=blackhole, held_log=claim if blackhole >= 0 and claim else "",
                              health_delay_s=args.fake_health_delay_s, busy=args.fake_busy, canary=args.fake_canary,
                              api_key=os.environ.get("VLLM_API_KEY", ""))
     return FakeOpenAI(load_responder(args.fake_responder, args.fake_reply), args.fake_delay_s, args.port,

@@ -64,7 +64,7 @@ class SharedModelServer:
             cfg = compose([f"model.path={model_dir}"]).model
             args, env = engine_settings(cfg)            # what a replica of it runs with on this machine
             server = VLLMServer(str(model_dir), cfg.served_name, engine_args=args, env=env, host="127.0.0.1",
-                                log_path=log_path)
+                                log_path=log_path, niceness=cfg.niceness)
             server.start()
             try:
                 server.wait_healthy(cfg.startup_timeout_s)

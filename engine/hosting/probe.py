@@ -28,7 +28,7 @@ def start_server(m: Any, log_path: Path, engine_args: dict[str, Any] | None = No
     args, env = engine_settings(m)
     env["VLLM_SERVER_DEV_MODE"] = "1"           # POST /reset_prefix_cache between measurements
     server = VLLMServer(m.path, m.served_name or m.name, engine_args=args, env=env, log_path=log_path,
-                        host="127.0.0.1")
+                        host="127.0.0.1", niceness=m.niceness)
     server.start()
     log.info("vLLM starting (log: %s)", log_path)
     took = server.wait_healthy(m.startup_timeout_s)

@@ -10,8 +10,11 @@ server failed its memory check (vLLM's orphan-process problem). The reaper:
 * starts CMD as its child, in its own process group, and marks itself a *child subreaper*
   (``PR_SET_CHILD_SUBREAPER``), so descendants that lose their parent, or leave the process group
   with ``setsid``, are re-parented to it instead of to init: it can always find them;
-* watches PARENT (``getppid`` every 0.2 s; ``PR_SET_PDEATHSIG`` is not used, it fires when the
-  *thread* that forked exits, not the process): when it is gone, it stops everything;
+* watches PARENT (``getppid`` every 0.2 s; ``PR_SET_PDEATHSIG`` is not used there, it fires when
+  the *thread* that forked exits, not the process): when it is gone, it stops everything;
+* gives CMD ``PR_SET_PDEATHSIG`` = SIGTERM (the reaper is one thread, so it fires when the reaper
+  dies): a reaper SIGKILLed itself (Ray's raylet kills what a dead worker leaves) takes the server
+  with it, and vLLM's SIGTERM stops its EngineCore;
 * on SIGTERM/SIGINT (the actor's ``stop``), or when CMD exits by itself, it stops everything too;
 * stopping: SIGTERM to every descendant, ``GRACE`` seconds for them to exit (vLLM frees its GPUs on
   SIGTERM), then SIGKILL to whatever is left, and every zombie reaped;
@@ -29,6 +32,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 POLL_S = 0.2
 
 
@@ -38,6 +42,20 @@ def _set_subreaper() -> bool:
         return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):       # not Linux: the process group still covers the usual case
         return False
+
+
+def _term_when_reaper_dies(reaper: int) -> None:
+    """In the server's process, before exec: SIGTERM when the reaper dies. The reaper is one thread,
+    so ``PR_SET_PDEATHSIG`` fires when it does. Ray's raylet SIGKILLs what its dead workers leave
+    (``RAY_kill_child_processes_on_worker_exit``): the reaper, never the server in its own session,
+    which then lived on re-parented to init, EngineCore and all, holding its memory or GPU."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != reaper:              # it died before the call above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _children() -> dict[int, list[int]]:
@@ -107,20 +125,42 @@ def stop_all(child: subprocess.Popen[bytes], grace_s: float) -> None:
         _reap()
 
 
+def set_niceness(nice: int) -> int:
+    """Set this process's niceness (the server inherits it) and return the one it runs at. Ray
+    starts every worker, a replica's actor included, at niceness 15 (``RAY_worker_niceness``): a
+    model server computing on the CPU then got about 3% of a core beside any busy process at 0.
+    Lowering it needs ``CAP_SYS_NICE`` (or ``RLIMIT_NICE``); without, it stays and says so."""
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    if now != nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+        except OSError as e:
+            print(f"reaper {os.getpid()}: the server keeps niceness {now}, not {nice}: {e} "
+                  f"(start Ray's nodes with RAY_worker_niceness={nice}, or grant CAP_SYS_NICE)", flush=True)
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="reaper")
     ap.add_argument("--parent", type=int, required=True, help="stop everything when this process is gone")
     ap.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    ap.add_argument("--nice", type=int, default=None,
+                    help="run the server at this niceness (Ray starts its workers at 15)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         ap.error("no command after --")
     _set_subreaper()
+    if a.nice is not None:
+        set_niceness(a.nice)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda sig, _f: stopping.append(sig))
     signal.signal(signal.SIGINT, lambda sig, _f: stopping.append(sig))
-    child = subprocess.Popen(cmd)           # inherits our stdout/stderr (the replica's log) and group
+    me = os.getpid()
+    # inherits our stdout/stderr (the replica's log) and group; SIGTERM (vLLM's clean shutdown,
+    # EngineCore included) if the reaper is SIGKILLed
+    child = subprocess.Popen(cmd, preexec_fn=lambda: _term_when_reaper_dies(me))
     print(f"reaper {os.getpid()}: server {child.pid} (parent {a.parent})", flush=True)
     code: int | None = None
     while code is None:

@@ -250,7 +250,7 @@ class ModelPool:
         endpoints changed and were not pushed. ``timeout_s``: the ``/health`` deadline (default:
         ``model.health_check_s``, at most 5 s: a busy vLLM on few cores answers late, and a
         deadline of a fraction of a second restarted healthy servers in
-        tests/e2e/test_fault_real.py)."""
+        the real killed-replica test, now in tests/e2e/test_real_model.py)."""
         if self.cfg.kind != "vllm" or not self.replicas:
             return False
         t = timeout_s if timeout_s is not None else min(5.0, self.cfg.health_check_s)

@@ -113,7 +113,8 @@ class ModelReplica:
                                  tensor_parallel_size=self.cfg.tensor_parallel_size,
                                  engine_args=engine_args, env=env,
                                  log_path=Path(log_dir) / replica_log_name(self.cfg.name, index),
-                                 module=self.cfg.server_module, host=self.host, api_key=api_key)
+                                 module=self.cfg.server_module, host=self.host, api_key=api_key,
+                                 niceness=self.cfg.niceness)
         self.started_at = time.time()
         self.healthy_after_s = -1.0
         self.liveness = Liveness(self.cfg.stall_timeout_s, batched_tokens(self.server.engine_args))

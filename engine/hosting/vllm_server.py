@@ -165,7 +165,8 @@ class VLLMServer:
     def __init__(self, model_path: str, served_name: str, *, tensor_parallel_size: int = 1,
                  engine_args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                  log_path: str | Path | None = None, host: str = "0.0.0.0", module: str = VLLM_MODULE,
-                 api_key: str = "", bind_retries: int = 3, stop_grace_s: float = 20.0) -> None:
+                 api_key: str = "", bind_retries: int = 3, stop_grace_s: float = 20.0,
+                 niceness: int | None = None) -> None:
         if not Path(model_path).exists():
             raise FileNotFoundError(
                 f"model path {model_path} does not exist on this node; run scripts/setup.sh "
@@ -182,6 +183,7 @@ class VLLMServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.bind_retries = bind_retries
         self.stop_grace_s = stop_grace_s
+        self.niceness = niceness        # None: the starting process's own
         self.rebinds = 0                # ports given up because another process took them first
         self._log_offset = 0
 
@@ -201,8 +203,9 @@ class VLLMServer:
             self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         out: Any = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
         log.info("starting vLLM: %s", " ".join(self.cmd))
+        nice = [] if self.niceness is None else ["--nice", str(self.niceness)]
         wrapped = [sys.executable, str(REAPER), "--parent", str(os.getpid()), "--grace", f"{self.stop_grace_s:g}",
-                   "--", *self.cmd]
+                   *nice, "--", *self.cmd]
         try:
             self.proc = subprocess.Popen(wrapped, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)

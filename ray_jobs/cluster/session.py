@@ -135,9 +135,19 @@ class Session:
         else:
             # A local cluster: logical CPUs are a scheduling budget; vLLM's threads are pinned by its env.
             num_cpus = cfg.cluster.num_cpus or max(os.cpu_count() or 1, int(needed_cpus + 0.999))
-            ray.init(num_cpus=num_cpus, include_dashboard=bool(cfg.cluster.dashboard),
-                     runtime_env=runtime_env, log_to_driver=True,
-                     logging_level=logging.WARNING)
+            nice = cfg.cluster.worker_niceness
+            before = os.environ.get("RAY_worker_niceness")
+            if nice is not None:                # read by the raylet ray.init starts
+                os.environ["RAY_worker_niceness"] = str(nice)
+            try:
+                ray.init(num_cpus=num_cpus, include_dashboard=bool(cfg.cluster.dashboard),
+                         runtime_env=runtime_env, log_to_driver=True,
+                         logging_level=logging.WARNING)
+            finally:
+                if nice is not None and before is None:
+                    os.environ.pop("RAY_worker_niceness", None)
+                elif nice is not None and before is not None:
+                    os.environ["RAY_worker_niceness"] = before
         self._ray_started_here = True
 
     # -- models ------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def metrics(a: argparse.Namespace) -> int:
         # computed, printed, never stored: the flags change this output only (engine/scoring/metric_table.py)
         rows = reduce_store(store, bench, judge, policy)
         mine = [r for r in rows if r.get("scope") == "all"]
+        if judge and not any(r.get("judge") for r in mine):
+            _no_such_judge(a.run_dir, name, judge, reduce_store(store, bench, None, policy))
         sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
                                [(r["model"], r["config_hash"],
                                  (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
@@ -68,6 +70,13 @@ def metrics(a: argparse.Namespace) -> int:
             sys.stdout.write(f"**{SELF_JUDGED.upper()}**: rows marked ({SELF_JUDGED}) were graded by the model under "
                              "test; they are not measurements of quality.\n")
     return 0
+
+
+def _no_such_judge(run_dir: str, name: str, judge: str, rows: list[dict[str, object]]) -> None:
+    """``--judge`` kept nothing: say so and name the judges there are (never an empty table, exit 0)."""
+    have = sorted({f"{r['judge']} ({r['judge_model']})" for r in rows if r.get("judge")})
+    raise CliError(f"{run_dir}: no {name} judgements by a judge matching {judge!r} (an id, an id prefix or a "
+                   f"model name); judges there: {', '.join(have) or 'none (nothing was judged)'}")
 
 
 def _pick(have: list[str], run_dir: str, benchmark: str | None) -> list[str]:

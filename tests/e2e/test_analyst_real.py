@@ -16,14 +16,15 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(2400)]
 
 
 def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
-    """Why it takes minutes: one vLLM start, then two episodes (reports of up to 400 tokens, up to 3
+    """Why it takes minutes: one vLLM start, then two episodes (reports of up to 300 tokens, up to 3
     tool steps) and their judge rounds (8 criteria, the claims), all generated on CPU by the model.
-    (Caps halved from 700 in issue 45: CI's real tier on a 2-core AVX2 machine decodes ~5 tokens/s.)"""
+    (Caps cut from 700 to 400 in issue 45 and to 300 since: CI's real tier on a 2-core AVX2 machine
+    decodes ~5 tokens/s.)"""
     # sweep agent.mode, not the agent group: Hydra validates the other overrides against the
     # primary config, whose agent group must already be analyst
     out = run_module("ray_jobs.run", "-m", "benchmark=analyst", "agent=analyst", "agent.mode=vanilla,agentic",
            "benchmark.task_ids=[unemployment-brief]", "benchmark.max_claims=4", "benchmark.judge_max_tokens=256",
-           "agent.max_steps=3", "agent.report_max_tokens=400", "agent.max_tokens_action=400",
+           "agent.max_steps=3", "agent.report_max_tokens=300", "agent.max_tokens_action=300",
            "agent.report_attempts=1", "benchmark.claims_max_tokens=256", "judge=self",
            f"run.dir={tmp_path}", "run.progress=false", timeout=2300)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -39,7 +40,7 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path):
     steps = [s for s in store.steps().to_pylist() if s["episode_id"] == a["episode_id"]]
     # guided JSON: every turn the model completed is a tool call (one cut at max_tokens_action can
     # end mid-object)
-    assert all(s["parsed_action"] or s["tokens_out"] >= 400 for s in steps), [s["result"] for s in steps]
+    assert all(s["parsed_action"] or s["tokens_out"] >= 300 for s in steps), [s["result"] for s in steps]
     assert (tmp_path / "artifacts" / a["episode_id"] / "sources" / "unemployment_rates.xlsx").exists()
 
     # judge rounds on the hosted model: every criterion of the task's checklist was judged for the

@@ -53,14 +53,16 @@ def test_a_black_holed_replica_is_routed_around_without_stalling_dispatch(tmp_pa
         (info,) = run_sweep([cfg])
         took = time.monotonic() - t0
     assert claim.exists(), "no replica turned into a black hole"
+    held = claim.read_text().count("held ")     # episode calls the black hole accepted and never answered
     eps = EpisodeStore(tmp_path / "run", get_benchmark("livenews").episode_fields).episodes().to_pylist()
     assert len(eps) == info["episodes_planned"] > 0 and all(e["status"] == "ok" for e in eps), \
         [(e["episode_id"], e["error"]) for e in eps if e["status"] != "ok"]
+    # Each held call was moved: its episode finished ok (above), well inside the 600 s request
+    # timeout (below). Which episodes had answered calls on the black hole before it formed is the
+    # router's timing, so the calls table only shows the move when one had (a flaky count in CI).
+    assert held >= 1, "the black hole never held an episode call: nothing had to move"
     calls = ds.dataset(tmp_path / "run" / "calls", format="parquet").to_table(columns=["episode_id", "replica"])
-    replicas_of: dict[str, set[int]] = {}
-    for r in calls.to_pylist():
-        replicas_of.setdefault(r["episode_id"], set()).add(r["replica"])
-    assert any(len(v) > 1 for v in replicas_of.values()), "no episode moved off the black hole"
+    assert {r["replica"] for r in calls.to_pylist()} == {0, 1}, "both replicas answered episode calls"
     print("longest dispatch stall", info["dispatch_max_stall_s"], "s; run", round(took, 1), "s")
     assert info["dispatch_max_stall_s"] <= 0.5, info["dispatch_max_stall_s"]
     assert took < 300, took                                 # nothing waited out a request timeout

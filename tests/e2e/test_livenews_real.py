@@ -1,10 +1,11 @@
-"""livenews on real parts, and two judges of one run (issues 10 and 29): a two-point budget sweep
-(`-m agent.max_searches=1,3`) as one job with one vLLM start of the model under test, the offline web
-as a Ray actor, the grader stage on a second hosted model (its own vLLM pool beside it, in the same
-job), Parquet and the Table 3 report; then the same sweep judged again by the model under test itself
-(judge=self): the metrics table and the report keep the two judges apart. Both judges are the offline
-0.5B model under two names: self-judging is decided by the weights, not the name, so both sets are
-labelled self-judged. What is checked is the bookkeeping, never the verdicts."""
+"""livenews on real parts (issues 10 and 29): a two-point budget sweep (`-m agent.max_searches=1,3`)
+as one job with one vLLM start of the model under test, the offline web as a Ray actor, the grader
+stage on a second hosted model (its own vLLM pool beside it, in the same job), Parquet and the
+Table 3 report. The judge is the offline 0.5B model under another name: self-judging is decided by
+the weights, not the name, so the set is labelled self-judged. What is checked is the bookkeeping,
+never the verdicts. (Two judges' sets in one run dir, the second ``judge=self``, are checked with a
+scripted model in tests/e2e/test_what_a_number_means.py; ``judge=self`` on the real model in
+tests/e2e/test_analyst_real.py: a second job here cost CI's real tier a third vLLM start.)"""
 
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(2400)]
 QWEN = "qwen2.5-coder-0.5b-instruct"
 
 
-def test_budget_sweep_is_one_job_with_one_model_start_and_two_judges_report_two_labelled_sets(tmp_path):
-    """Why it takes minutes: two jobs into one run dir (the two labelled sets must meet there) and three
-    vLLM starts: the model under test and the second judge in the first job, the model in the second;
-    4 episodes of up to 5 turns and their grading on CPU. Two sweep points are the fewest that show one
+def test_budget_sweep_is_one_job_with_one_model_start_and_a_hosted_judge_beside_it(tmp_path):
+    """Why it takes minutes: two vLLM starts side by side (the model under test and the judge), 4
+    episodes of up to 5 turns and their grading on CPU. Two sweep points are the fewest that show one
     model start serving a whole sweep."""
     sweep = ["-m", "benchmark=livenews", "agent=livenews_guided", "agent.max_searches=1,3", "benchmark.limit=2",
              "agent.max_visits=1", "agent.max_turns=5", "agent.max_tokens_turn=192", f"run.dir={tmp_path}",
@@ -68,20 +68,14 @@ def test_budget_sweep_is_one_job_with_one_model_start_and_two_judges_report_two_
     assert all("grade" in judged.get(e["episode_id"], {}) for e in finished)
     assert all({"probe_gold", "probe_decoy"} <= set(judged.get(e["episode_id"], {})) for e in eps)
 
-    # the same sweep judged by the model under test: nothing generated again, a second labelled set
-    second = run_module("ray_jobs.run", *sweep, "judge=self", timeout=2000)
-    assert second.returncode == 0, second.stderr[-4000:]
-    assert "**SELF-JUDGED**" in second.stdout               # the run summary says so
-    assert len(store.episodes().to_pylist()) == 4
     rows = store.read("judgements", JUDGEMENT_SCHEMA).to_pylist()
-    assert {r["judge_model"] for r in rows} == {"qwen-judge", QWEN}
-    assert {r["judge_kind"] for r in rows} == {"hosted", "self"}
+    assert {r["judge_model"] for r in rows} == {"qwen-judge"} and {r["judge_kind"] for r in rows} == {"hosted"}
     metrics = store.metrics().to_pylist()
-    assert len({m["config_hash"] for m in metrics}) == 2
+    assert len({m["config_hash"] for m in metrics}) == 2              # the two sweep points
     # "qwen-judge" serves the same weights as the model under test: self-judged, whatever its name
-    assert {(m["judge_model"], m["self_judged"]) for m in metrics} == {("qwen-judge", True), (QWEN, True)}
+    assert {(m["judge_model"], m["self_judged"]) for m in metrics} == {("qwen-judge", True)}
     probes = {(m["judge_model"], m["n"]) for m in metrics if m["metric"] == "judge_probe_gold_ok"}
-    assert probes == {("qwen-judge", 2), (QWEN, 2)}           # each set rests on its own judge's verdicts
+    assert probes == {("qwen-judge", 2)}                     # the judge's own verdicts on the gold answers
     names = {m["metric"] for m in metrics}
     assert {"accuracy", "searches_mean", "searches_std", "visits_mean", "visits_std", "judge_probe_gold_ok"} <= names
 
@@ -94,5 +88,5 @@ def test_budget_sweep_is_one_job_with_one_model_start_and_two_judges_report_two_
     assert rep.returncode == 0, rep.stderr[-3000:]
     md = (tmp_path / "report" / "report.md").read_text()
     blocks = md.split("### Judge ")[1:]
-    assert sorted({b.split(":", 1)[0] for b in blocks}) == sorted(["qwen-judge", QWEN])
+    assert {b.split(":", 1)[0] for b in blocks} == {"qwen-judge"}
     assert all("**SELF-JUDGED" in b for b in blocks)

@@ -58,6 +58,9 @@ def test_reading_never_writes_and_flags_change_only_their_command(tmp_path):
     assert all(rows_with(text, j, "accuracy", "0.500", "4") for j in judges), text
     code, text, _ = cli("metrics", str(run), "livenews", "--judge", judges[0])
     assert code == 0 and rows_with(text, judges[0], "accuracy") and not rows_with(text, judges[1], "accuracy"), text
+    # a judge that matches nothing is an error naming the judges there are (issue 46), not an empty table
+    code, text, err = cli("metrics", str(run), "livenews", "--judge", "nosuchjudge")
+    assert code != 0 and "'nosuchjudge'" in err and all(j in err for j in judges), (code, text, err)
 
     s = seen(run, "livenews", tmp_path / "after")
     assert listing(run) == before                      # nothing any reader did touched the run dir

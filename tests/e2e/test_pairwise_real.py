@@ -1,6 +1,9 @@
 """Pairwise judging on real parts: a newsagent run (the model-free rule-based agent, so only the
-judge needs the model), then `dateline pairwise` hosting the offline model in vLLM as the judge
-with constrained JSON, both candidate orders, Parquet out, and the HTML report from it."""
+judge needs the model), then `dateline pairwise` with the offline model in vLLM as the judge (the
+run session's shared server, ``shared_vllm``, as its endpoint) and constrained JSON, both candidate
+orders, Parquet out, and the HTML report from it. Hosting the judge as a pool (``judge=hosted``) is
+checked with a vLLM-like server (tests/engine/scoring/test_pairwise.py): a vLLM start of its own
+cost CI's real tier about 100 s on a 2-core AVX2 machine."""
 
 from __future__ import annotations
 
@@ -15,15 +18,16 @@ from tests.helpers import run_module
 pytestmark = [pytest.mark.real, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 
-def test_pairwise_judge_on_the_offline_model(tmp_path):
-    """Why it takes minutes: a run to judge (Ray, no model), then `dateline pairwise` hosting the judge
-    (its own vLLM start: the hosted judge is what it checks) for 4 verdicts of up to 640 tokens on CPU."""
+def test_pairwise_judge_on_the_offline_model(tmp_path, shared_vllm):
+    """Why it takes minutes: a run to judge (Ray, no model), then `dateline pairwise` on the shared
+    server for 4 verdicts of up to 640 tokens on CPU."""
     run_dir, out = tmp_path / "run", tmp_path / "pw"
     gen = run_module("ray_jobs.run", "benchmark=newsagent", "agent=newsagent_rule_based", "benchmark.limit=2", "run.order=data",
                      f"run.dir={run_dir}", "run.progress=false", timeout=900)
     assert gen.returncode == 0, gen.stderr[-4000:]
     judge = run_module("ray_jobs.judging.pairwise", f"runs=[{run_dir}]", f"out={out}", "both_orders=true", "seed=11",
-                       "max_tokens=640", timeout=1700)
+                       "max_tokens=640", "judge=openai_compatible", f"judge.base_url={shared_vllm.base_url}",
+                       f"judge.model={shared_vllm.model}", "judge.api_key_env=", timeout=1700)
     assert judge.returncode == 0, judge.stderr[-4000:]
 
     store = PairwiseStore(out)
@@ -40,7 +44,7 @@ def test_pairwise_judge_on_the_offline_model(tmp_path):
         v = json.loads(r["value"])
         assert v["overall"] in ("first", "second") and len(v["dimensions"]) == 6
     info = json.loads(next(out.glob("pairwise-*.json")).read_text())
-    assert info["replica_seconds"] > 0 and info["judge_stats"]["ok"] == 4
+    assert info["judge_model"] == shared_vllm.model and info["judge_stats"]["ok"] == 4
 
     page = build([str(out), str(run_dir)], tmp_path / "report", n_boot=200)
     html = page.read_text()

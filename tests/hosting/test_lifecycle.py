@@ -123,7 +123,7 @@ def test_verdicts_tell_saturated_from_wedged():
 def test_a_long_engine_step_is_not_a_wedge():
     """On a CPU a whole prompt is prefilled in one engine step: seconds with requests running and no
     token counted. ``model.stall_timeout_s`` is how long that may last (a 0.75 s /health deadline
-    and a one-period stall window restarted healthy real servers in test_fault_real)."""
+    and a one-period stall window restarted healthy real servers in the real killed-replica test)."""
     lv = Liveness(stall_s=10.0)
     assert lv.observe(True, True, sample(0, 1, 500)) == OK
     assert [lv.observe(True, True, sample(t, 1, 500)) for t in (3, 6, 9)] == [OK, OK, OK]
@@ -278,6 +278,26 @@ def test_stop_takes_the_whole_group(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sigkilled_reaper_takes_the_server_with_it(tmp_path):
+    """Ray's raylet SIGKILLs what a dead worker leaves behind: the reaper, not the server in its own
+    session. The server gets SIGTERM then (``PR_SET_PDEATHSIG``), as vLLM's API server, which stops
+    its EngineCore on SIGTERM (the fake server's child is its own: only the server is watched)."""
+    (tmp_path / "model").mkdir()
+    s = VLLMServer(str(tmp_path / "model"), "fake", module=FAKE, host="127.0.0.1", stop_grace_s=2,
+                   env={"PYTHONPATH": str(REPO)}, log_path=tmp_path / "s.log")
+    s.start()
+    try:
+        s.wait_healthy(60)
+        server = get_json(s.local_url() + "/info")["pid"]
+        assert s.proc is not None and server != s.proc.pid and alive(server)
+        os.kill(s.proc.pid, signal.SIGKILL)                 # the reaper, as the raylet does
+        s.proc.wait()
+        assert wait_gone([server], 15) == [], "the server outlived its reaper"
+    finally:
+        s.stop()
+
+
+@pytest.mark.slow
 def test_a_port_taken_before_the_server_binds_it_moves_the_server(tmp_path, monkeypatch):
     """``free_port`` picks a port that is free now; another process binds it first: the server
     exits on EADDRINUSE and starts again on another port, instead of failing the replica."""
@@ -336,6 +356,9 @@ def test_a_sigkilled_replica_actor_leaves_no_server_process(local_ray, tmp_path)
         got = ray.get(pool.replicas[0].pids.remote())
         pids = [info["pid"], info["child_pid"], got["server_group"]]
         assert all(alive(p) for p in pids) and got["actor"] not in pids
+        # Ray runs its workers at niceness 15; the server and what it spawns run at model.niceness (0)
+        assert os.getpriority(os.PRIO_PROCESS, got["actor"]) == 15
+        assert [os.getpriority(os.PRIO_PROCESS, p) for p in pids] == [0, 0, 0]
         os.kill(got["actor"], signal.SIGKILL)           # as the OOM killer does
         assert wait_gone(pids, 30) == [], "a server process outlived its replica actor"
         # Ray re-creates the actor; the health check starts a server again
@@ -493,3 +516,27 @@ def test_replica_logs_reach_a_remote_run_dir(local_ray, tmp_path, s3_env):
     assert "fake vLLM server" in text and "POST /v1/chat/completions 200" in text
     assert EpisodeStore(str(tmp_path / "local")).remote_dir("logs") == ""
     assert fs.get_file_info(pafs.FileSelector(base)) and isinstance(fs, pafs.S3FileSystem)
+
+
+def _reaper_niceness(start_nice: int, nice: int, *prefix: str) -> tuple[int, str]:
+    """The niceness a command started by the reaper runs at, the reaper itself started at
+    ``start_nice`` (as Ray starts a replica's actor at 15), and what the reaper printed."""
+    from engine.hosting.vllm_server import REAPER
+
+    out = subprocess.run([*prefix, sys.executable, str(REAPER), "--parent", str(os.getpid()), "--nice", str(nice), "--",
+                          sys.executable, "-c", "import os; print('child', os.getpriority(os.PRIO_PROCESS, 0))"],
+                         capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.nice(start_nice))
+    got = [ln for ln in out.stdout.splitlines() if ln.startswith("child ")]
+    assert out.returncode == 0 and got, out.stdout + out.stderr
+    return int(got[0].split()[1]), out.stdout
+
+
+@pytest.mark.slow
+def test_the_reaper_runs_the_server_at_the_niceness_asked_for_and_says_when_it_cannot():
+    # as root (sessions and CI), the server leaves Ray's 15 for 0
+    assert _reaper_niceness(15, 0)[0] == 0
+    # raising it needs no privilege
+    assert _reaper_niceness(0, 7)[0] == 7
+    # without CAP_SYS_NICE (a user namespace: root inside, nobody outside) it keeps 15 and says why
+    got, said = _reaper_niceness(15, 0, "unshare", "-Ur")
+    assert got == 15 and "the server keeps niceness 15, not 0" in said and "RAY_worker_niceness=0" in said

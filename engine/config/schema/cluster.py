@@ -61,6 +61,10 @@ class ClusterConfig:
     max_episode_attempts: int = 3
     # Local cluster only: CPUs Ray may schedule (null: all).
     num_cpus: int | None = None
+    # Local cluster only: the niceness of Ray's workers (episode workers, the index, replica actors;
+    # RAY_worker_niceness). null keeps Ray's 15, so other work on the machine comes first; a model
+    # server has its own (model.niceness). A cluster's nodes take theirs from `ray start`'s environment.
+    worker_niceness: int | None = None
     # RAY_AUTH_MODE, exported before ray.init (Ray 2.60 wants it explicit). "auto": "disabled" for
     # the local cluster the driver starts (its ports are on this machine); for an existing
     # cluster, the environment's RAY_AUTH_MODE, else "token". "disabled" with an address is

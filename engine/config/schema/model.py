@@ -65,6 +65,11 @@ class ModelConfig:
     # kernels (VLLM_BATCH_INVARIANT=1); CPU (no batch-invariant kernels there): one sequence at a
     # time. Prefix caching off on both. See docs/design/hosting.md, "Reproducible mode".
     reproducible: bool = False
+    # The server's CPU priority (its niceness). Ray starts every worker, a replica's actor included,
+    # at 15 (RAY_worker_niceness): a server computing on the CPU then got about 3% of a core beside
+    # any busy process on the node at 0. 0 runs it as any process (lowering it needs CAP_SYS_NICE:
+    # without, the replica's log says it kept Ray's); null keeps the actor's.
+    niceness: int | None = 0
     # Requests in flight per replica, summed over all episode workers.
     max_inflight_per_replica: int = 8
     # Seconds to wait for a replica's /health.

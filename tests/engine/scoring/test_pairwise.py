@@ -336,3 +336,38 @@ def test_report_counts_only_current_plan_and_current_texts(tmp_path):
     assert cur.texts is None and "Texts not re-checked" in cur.note
     [v] = load_verdicts(store, cur)
     assert len(v.values) == 10 and v.left_out == {"stale": 0, "not_in_plan": 12}
+
+
+# the hosted judge of the test below (tests/fake_vllm_server.py loads it by name): GUIDED beats FREE
+hosted_judge = _judge_prefers(["GUIDED", "FREE"], malformed_for="no such task")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_pairwise_hosts_its_judge_as_a_pool_and_stops_it(tmp_path):
+    """``judge=hosted`` (the default): the judge's model is started as a replica pool (here a
+    vLLM-like server; the real engine's verdicts are in tests/e2e/test_pairwise_real.py, on the
+    shared server), judges every pair, its time is counted, and nothing is left serving."""
+    from tests.helpers import REPO
+
+    run_a, run_b = _runs(tmp_path)
+    (tmp_path / "judge-model").mkdir()
+    cfg = compose_pairwise([
+        f"runs=[{run_a},{run_b}]", f"out={tmp_path / 'pw'}", "judge=hosted", "both_orders=false", "seed=5",
+        "model.name=fake-judge", "model.served_name=fake-judge", f"model.path={tmp_path / 'judge-model'}",
+        "model.server_module=tests.fake_vllm_server", f"+model.env.PYTHONPATH={REPO}",
+        "+model.env.FAKE_VLLM_RESPONDER=tests.engine.scoring.test_pairwise:hosted_judge",
+        "model.num_cpus=0.5", "model.startup_timeout_s=120"])
+    info = run_pairwise(cfg)
+    assert info["judge_model"] == "fake-judge" and info["requests"] == info["judge_stats"]["ok"] > 0
+    assert info["replica_seconds"] > 0 and info["judge_startup_s"] > 0
+    assert (tmp_path / "pw" / "logs").is_dir() and any((tmp_path / "pw" / "logs").iterdir())
+    store = PairwiseStore(tmp_path / "pw")
+    rows = {r["episode_id"]: r for r in store.judgement_rows()}
+    assert rows and all(r["ok"] and r["judge_model"] == "fake-judge" for r in rows.values()), \
+        [r["error"] for r in rows.values()]
+    # the hosted judge's verdicts are what the scripted judge answered: GUIDED (run a) wins each time
+    for c in store.comparisons():
+        if {c["first"], c["second"]} == {"qwen:aaaaaaaa", "qwen:bbbbbbbb"}:
+            want = "first" if c["first"] == "qwen:aaaaaaaa" else "second"
+            assert json.loads(rows[c["comparison_id"]]["value"])["overall"] == want, c
