@@ -34,6 +34,8 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
 * ``judge_metrics``: the metrics that need a judge (not produced at all when none ran),
 * ``metric_order``: the order metrics are listed in,
 * ``metric_bounds``: the range of a per-episode metric that is not [0, 1] (a percentage),
+* ``metric_kinds``: what each metric is (``engine.scoring.kinds``): a proportion, a bounded score,
+  a count, tokens, seconds or a cost; its interval, range and unit follow from that,
 * ``metrics(rows)``: metrics that are not means of ``episode_values`` (spreads, counts), over
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
@@ -63,6 +65,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from engine.inputs.order import TaskOrder, ordered
+from engine.scoring.kinds import MetricKind
 from indexes.corpus import Document
 
 if TYPE_CHECKING:
@@ -260,6 +263,8 @@ class Benchmark(Protocol[TaskT]):
     @property
     def metric_bounds(self) -> dict[str, tuple[float, float]]: ...
     @property
+    def metric_kinds(self) -> dict[str, MetricKind]: ...
+    @property
     def prompt_version(self) -> str: ...
 
     def validate(self, cfg: Config) -> None: ...
@@ -310,6 +315,10 @@ class BenchmarkBase:
     # The range a per-episode metric lies in, where it is not [0, 1] (a percentage, a 1-5 scale):
     # anytime-valid intervals and racing (engine/scoring/anytime.py) need bounded values.
     metric_bounds: dict[str, tuple[float, float]] = {}
+    # What each metric is (engine/scoring/kinds.py: a proportion, a bounded score, a count, tokens,
+    # seconds, a cost): its interval, range, unit and rounding follow from it, never from the values.
+    # Every metric a benchmark produces must be declared (tests/benchmarks/test_contract.py).
+    metric_kinds: dict[str, MetricKind] = {}
     metric_order: tuple[str, ...] = ()
     # Version of the agent's prompt text (engine.scoring.judges.source_version of its prompts module):
     # part of every episode id, so a prompt edit never mixes into a configuration's results.

@@ -23,6 +23,7 @@ from engine.protocol import (
     Row,
     ServiceSpec,
 )
+from engine.scoring import kinds
 
 if TYPE_CHECKING:
     from engine.config.schema import Config
@@ -52,6 +53,8 @@ class BuildBenchmark(BenchmarkBase):
         self.failure_values = {"kept": 0.0}
         # per-draft stages only: intake, deduplication and the split act on the whole set, at publish
         self.metric_order = (*self.judge_metrics, *(f"rejected_{s.name}" for s in builder.stages if s.model))
+        # each draft is kept or not, pending or not, rejected at a stage or not: one yes/no each
+        self.metric_kinds = {m: kinds.PROPORTION for m in self.metric_order}
 
     def validate(self, cfg: Config) -> None:
         self.builder.validate(cfg)

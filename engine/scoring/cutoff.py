@@ -33,6 +33,7 @@ from typing import Any
 
 from engine.protocol import MetricRow, Row
 from engine.scoring import stats
+from engine.scoring.kinds import kind_of
 from engine.scoring.outcomes import EpisodeValue, Planned, episode_values, interval_cell, means, plan_of
 
 SUFFIX = ".after_cutoff"
@@ -101,7 +102,7 @@ def split_rows(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | Non
     dates = dates_of(bench, rows, planned, recorded)
     values = episode_values(bench, rows, planned, policy, judged)
     order = {k + SUFFIX: i for i, k in enumerate(getattr(bench, "metric_order", ()))}
-    post = sorted(means(after_values(values, cutoff, dates)), key=lambda m: (order.get(m.metric, len(order)), m.metric))
+    post = sorted(means(bench, after_values(values, cutoff, dates)), key=lambda m: (order.get(m.metric, len(order)), m.metric))
     tasks: dict[bool, set[str]] = {True: set(), False: set()}
     episodes = {True: 0, False: 0}
     for p in plan_of(rows, planned):
@@ -142,7 +143,7 @@ def after_estimates(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] 
     out = {}
     for m in sorted({k for e in post for k in e.values}):
         out[m] = stats.interval([e.values.get(m, math.nan) for e in post], [e.planned.task_id for e in post],
-                                n_boot, seed=0)
+                                kind_of(bench, m), n_boot, seed=0, what=f"{bench.name} {m}")
     return out
 
 

@@ -167,10 +167,12 @@ def episode_values(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] |
     return out
 
 
-def means(values: Sequence[EpisodeValue]) -> list[MetricRow]:
+def means(bench: Any, values: Sequence[EpisodeValue]) -> list[MetricRow]:
     """The mean of each metric over the episodes that have it (NaN values are absent values), with
-    its interval (``stats.interval``: the one the report, leaderboard and export print)."""
+    its interval (``stats.interval`` by the metric's declared kind, ``bench.metric_kinds``: the one
+    the report, leaderboard and export print)."""
     from engine.scoring import stats
+    from engine.scoring.kinds import kind_of
 
     acc: dict[str, list[float]] = {}
     tasks: dict[str, list[str]] = {}
@@ -181,7 +183,7 @@ def means(values: Sequence[EpisodeValue]) -> list[MetricRow]:
                 tasks.setdefault(k, []).append(ev.planned.task_id)
     out = []
     for k, xs in acc.items():
-        e = stats.interval(xs, tasks[k], seed=0)
+        e = stats.interval(xs, tasks[k], kind_of(bench, k), seed=0, what=f"{bench.name} {k}")
         known = not math.isnan(e.lo)
         out.append(MetricRow(k, fmean(xs), len(xs), e.lo if known else None, e.hi if known else None, e.method))
     return out
@@ -196,7 +198,7 @@ def metric_rows(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | No
     vals = episode_values(bench, rows, planned, policy, judged)
     by = {r["episode_id"]: r for r in rows}
     scored = [by[v.planned.episode_id] for v in vals if v.outcome == SCORED]
-    mean_rows = {m.metric: m for m in means(vals)}
+    mean_rows = {m.metric: m for m in means(bench, vals)}
     judge_only = set(getattr(bench, "judge_metrics", ()))
     extras = [m for m in (bench.metrics(scored) if scored else [])
               if m.metric not in mean_rows and (judged or m.metric not in judge_only)]

@@ -14,11 +14,13 @@ import itertools
 import math
 import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 from typing import TypeVar
 
 import numpy as np
+
+from engine.scoring.kinds import PROPORTION, MetricKind
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -184,27 +186,33 @@ def cluster_mean(values: Sequence[float], clusters: Sequence[Hashable], n_boot: 
     return Estimate(value, float(lo[0]), float(hi[0]), int(x.size), len(ids))
 
 
-def interval(values: Sequence[float], tasks: Sequence[Hashable], n_boot: int = DEFAULT_BOOT, seed: int = 0,
-             alpha: float = 0.05) -> Estimate:
-    """The mean of per-episode ``values`` (NaN: absent) with the interval a reader can believe:
+def interval(values: Sequence[float], tasks: Sequence[Hashable], kind: MetricKind, n_boot: int = DEFAULT_BOOT,
+             seed: int = 0, alpha: float = 0.05, what: str = "") -> Estimate:
+    """The mean of per-episode ``values`` (NaN: absent) with the interval its ``kind`` calls for
+    (engine/scoring/kinds.py; never chosen from the values):
 
-    * every value 0 or 1 and one episode per task: a proportion of independent trials, so the
-      exact Clopper-Pearson interval (0 of 20 is [0, 0.168], never [0, 0]);
+    * a proportion (each value 0 or 1, checked) with one episode per task: a share of independent
+      trials, so the exact Clopper-Pearson interval (0 of 20 is [0, 0.168], never [0, 0]);
     * else, with at least ``MIN_BOOT_TASKS`` tasks, the task bootstrap of :func:`cluster_mean`
-      (several seeds of a task are correlated, so a binomial interval would be too narrow);
+      (several seeds of a task are correlated, so a binomial interval would be too narrow; a score,
+      a count or tokens are not trials at all), clipped to the kind's range;
     * else no interval (``method`` too_few_tasks, lo and hi NaN).
-    Every output that prints an interval of a mean gets it from here, so they print the same one."""
+    Every output that prints an interval of a mean gets it from here, so they print the same one.
+    ``what`` names the metric in the error a value outside its kind raises."""
     pairs = [(float(v), t) for v, t in zip(values, tasks) if not math.isnan(float(v))]
     n, n_tasks = len(pairs), len({t for _, t in pairs})
     if n == 0:
         return Estimate(float("nan"), float("nan"), float("nan"), 0, 0, TOO_FEW)
-    if n_tasks == n and all(v in (0.0, 1.0) for v, _ in pairs):
+    for v, t in pairs:
+        kind.check(v, f"{what or 'a metric'} (task {t})")
+    if kind.kind == "proportion" and n_tasks == n:
         k = int(sum(v for v, _ in pairs))
         lo, hi = clopper_pearson(k, n, alpha)
         return Estimate(k / n, lo, hi, n, n_tasks, EXACT)
     if n_tasks < MIN_BOOT_TASKS:
         return Estimate(fmean(v for v, _ in pairs), float("nan"), float("nan"), n, n_tasks, TOO_FEW)
-    return cluster_mean([v for v, _ in pairs], [t for _, t in pairs], n_boot, seed, alpha)
+    e = cluster_mean([v for v, _ in pairs], [t for _, t in pairs], n_boot, seed, alpha)
+    return replace(e, lo=max(e.lo, kind.lo), hi=min(e.hi, kind.hi))
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -343,4 +351,4 @@ def agreement(judge: Mapping[K, str], human: Mapping[K, str | None],
     keys; ``task_of`` maps a key to its task for the interval (default: the key itself)."""
     keys = [k for k, h in human.items() if h is not None and judge.get(k) is not None]
     vals = [float(judge[k] == human[k]) for k in keys]
-    return interval(vals, [task_of(k) if task_of else k for k in keys], n_boot, seed)
+    return interval(vals, [task_of(k) if task_of else k for k in keys], PROPORTION, n_boot, seed, what="agreement")

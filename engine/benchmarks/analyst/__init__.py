@@ -105,6 +105,7 @@ class AnalystBenchmark(BenchmarkBase):
     failure_values = analyst_metrics.FAILURE_VALUES
     judge_metrics = analyst_metrics.JUDGE_METRICS
     metric_order = analyst_metrics.METRIC_ORDER
+    metric_kinds = analyst_metrics.METRIC_KINDS
     prompt_version = source_version(prompts)
     episode_fields: list[pa.Field[Any]] = [
         pa.field("mode", pa.string()), pa.field("setting", pa.string()), pa.field("report_tokens", pa.int32()),

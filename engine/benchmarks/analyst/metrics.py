@@ -46,6 +46,7 @@ from engine.benchmarks.analyst import claims as claim_chunks
 from engine.benchmarks.analyst import scoring
 from engine.benchmarks.analyst.config import row_config
 from engine.protocol import MetricRow
+from engine.scoring import kinds
 from engine.scoring.judges import same_model
 from engine.scoring.outcomes import n_cell
 
@@ -153,6 +154,20 @@ def _values(row: dict[str, Any], s: dict[str, Any]) -> dict[str, float]:
             "tokens_in_mean": float(row["tokens_in"]), "tokens_out_mean": float(row["tokens_out"])}
     return out
 
+
+# What each metric is (engine/scoring/kinds.py): the four percentages are scores in [0, 100] per
+# report (a hallucination rate of 0 % on each of 4 reports is not "under 1 %": a bootstrap over the
+# tasks, or no interval), report_written and the finish shares are yes/no per episode, the rest counts
+# and tokens.
+METRIC_KINDS = {**{m: kinds.PERCENT for m in ("checklist_pct", "hallucination_pct", "claims_unverified_pct",
+                                              "visual_coverage_pct")},
+                "report_written": kinds.PROPORTION, "finish_*": kinds.PROPORTION, "checklist_by:*": kinds.PROPORTION,
+                "checklist_self_written": kinds.PROPORTION, "length_tokens": kinds.TOKENS,
+                "tokens_in_mean": kinds.TOKENS, "tokens_out_mean": kinds.TOKENS,
+                **{m: kinds.COUNT for m in ("claims_per_report", "figures_per_report", "criteria_unscored",
+                                            "claims_unverified", "claim_chunks_failed", "steps", "report_attempts",
+                                            "code_runs", "episodes", "no_report")},
+                "checklist_missing_*": kinds.COUNT}
 
 METRIC_ORDER = ("report_written", "length_tokens", "checklist_pct", "hallucination_pct", "claims_unverified_pct",
                 "visual_coverage_pct", "claims_per_report", "figures_per_report", "criteria_unscored",

@@ -52,6 +52,7 @@ class LiveNewsBenchmark(BenchmarkBase):
     failure_values = metrics.FAILURE_VALUES
     judge_metrics = metrics.JUDGE_METRICS
     metric_order = metrics.METRIC_ORDER
+    metric_kinds = metrics.METRIC_KINDS
     prompt_version = source_version(prompts)
     # its questions are dated (the event date, stored as the row's ``cutoff``): every number is also
     # shown over the questions after the model's knowledge cutoff (engine/scoring/cutoff.py)

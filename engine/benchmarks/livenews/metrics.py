@@ -23,6 +23,7 @@ import numpy as np
 
 from engine.benchmarks.livenews.agent import FINISH_REASONS
 from engine.protocol import MetricRow
+from engine.scoring import kinds
 from engine.scoring.outcomes import n_cell
 
 GRADE_KEY = "grade"
@@ -69,6 +70,17 @@ FAILURE_VALUES = {"accuracy": 0.0, "incorrect": 0.0, "not_attempted": 0.0, "fail
                   "answer_contains_gold": 0.0}
 # the grader's metrics: not produced when no judge ran
 JUDGE_METRICS = ("accuracy", "incorrect", "not_attempted", "ungraded", "judge_probe_gold_ok", "judge_probe_decoy_ok")
+# What each metric is (engine/scoring/kinds.py): a grade, a finish reason, a probe passed and the
+# lexical check are one yes/no per episode; searches, visits and turns are counts (up to the budget:
+# 1.000 searches is a mean of a count, never a share); tokens are tokens; the std rows are spreads
+# of counts.
+METRIC_KINDS = {**{m: kinds.PROPORTION for m in ("accuracy", "incorrect", "not_attempted", "failed", "ungraded",
+                                                 "answer_contains_gold", "judge_probe_gold_ok",
+                                                 "judge_probe_decoy_ok")},
+                "finish_*": kinds.PROPORTION,
+                **{m: kinds.COUNT for m in ("searches_mean", "visits_mean", "refused_visits_mean", "turns_mean",
+                                            "searches_std", "visits_std")},
+                "tokens_in_mean": kinds.TOKENS, "tokens_out_mean": kinds.TOKENS}
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[MetricRow]:

@@ -66,6 +66,7 @@ class NewsAgentBenchmark(BenchmarkBase):
     per_task_metric = "edit_f1"
     failure_values = metrics.FAILURE_VALUES
     metric_order = metrics.METRIC_ORDER
+    metric_kinds = metrics.METRIC_KINDS
     prompt_version = source_version(prompts)
     episode_fields: list[pa.Field[Any]] = [
         pa.field("title", pa.string()), pa.field("release_date", pa.string()),

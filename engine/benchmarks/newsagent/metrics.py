@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from engine.protocol import MetricRow
+from engine.scoring import kinds
 
 
 def prf(selected: Iterable[str], reference: Iterable[str]) -> tuple[float, float, float]:
@@ -97,6 +98,13 @@ def episode_values(r: dict[str, Any]) -> dict[str, float]:
 
 
 METRIC_ORDER = (*FUNCTION_METRICS, *(f"mean_{m}" for m in USAGE_METRICS), "traceable_rate", "terminated_rate")
+
+# What each metric is (engine/scoring/kinds.py): precision, recall and F1 are scores in [0, 1] per
+# episode (an F1 of 1 on a task is not a coin that came up heads: never a binomial interval); the
+# usage means are counts and tokens; the two rates are one yes/no per episode.
+METRIC_KINDS = {**{m: kinds.SCORE01 for m in FUNCTION_METRICS},
+                **{f"mean_{m}": (kinds.TOKENS if m.startswith("tokens") else kinds.COUNT) for m in USAGE_METRICS},
+                "traceable_rate": kinds.PROPORTION, "terminated_rate": kinds.PROPORTION, "episodes": kinds.COUNT}
 
 # What a planned episode without a result (an error, a budget stop, one never run) counts as under
 # run.score_failures=as_wrong: it found and kept nothing, so recall and F1 are 0 (as for an

@@ -23,6 +23,7 @@ from engine.benchmarks import get_benchmark
 from engine.budget.cost import Prices, judge_prices
 from engine.scoring import stats
 from engine.scoring.judges import same_model
+from engine.scoring.kinds import PROPORTION
 from engine.scoring.pairwise import (
     CURRENT,
     NOT_IN_PLAN,
@@ -291,7 +292,8 @@ def protocol_section(v: Verdicts, names: list[str], self_judged_model: str, n_bo
     pb = position_bias(v.comparisons, v.values)
     judged = [c for c in v.comparisons if v.values[c["comparison_id"]] is not None]
     firsts = [float(json.loads(v.values[c["comparison_id"]] or "{}")["overall"] == "first") for c in judged]
-    sec.position = Position(stats.interval(firsts, [c["task_id"] for c in judged], n_boot),
+    sec.position = Position(stats.interval(firsts, [c["task_id"] for c in judged], PROPORTION, n_boot,
+                                           what="first-shown wins"),
                             pb["pairs_both_orders"], pb["consistent_share"])
     sec.ratings = ratings(outs, ids, n_boot)
     sec.sign_tests = sign_tests(pair_outcomes(v.comparisons, v.values), ids)

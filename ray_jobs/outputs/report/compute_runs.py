@@ -22,6 +22,7 @@ from engine.hosting.events import causes, describe, read_events
 from engine.protocol import Benchmark, Row
 from engine.scoring import cutoff, outcomes, stats
 from engine.scoring import views as sv
+from engine.scoring.kinds import kind_of
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.costs import cost_rows, run_costs, tokens_chart
 from ray_jobs.outputs.report.sections import (
@@ -118,7 +119,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
                 xs, tasks = [e.values.get(m, float("nan")) for e in evm], [e.planned.task_id for e in evm]
             else:
                 xs, tasks = [vals.get(m, float("nan")) for vals in g.values], g.value_tasks
-            e = stats.interval(xs, tasks, n_boot, seed=0)
+            e = stats.interval(xs, tasks, kind_of(bench, m), n_boot, seed=0, what=f"{name} {m}")
             ests[g.config_hash][m] = e
             want = plain[g.config_hash].get(m)
             if want is not None and not math.isnan(want[0]) and not math.isclose(e.value, want[0], rel_tol=1e-9,

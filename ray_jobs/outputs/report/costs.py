@@ -11,6 +11,7 @@ from typing import Any
 from engine.budget.cost import Prices, episode_costs, judge_prices, model_prices, token_cost, uptime_cost
 from engine.protocol import Row
 from engine.scoring import stats
+from engine.scoring.kinds import COST, TOKENS
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.sections import ConfigCost, ConfigGroup, CostRow, TokensChart
 
@@ -54,8 +55,9 @@ def cost_rows(groups: list[ConfigGroup], costs: dict[str, ConfigCost], n_boot: i
     rows = []
     for g in groups:
         c, ok = costs[g.config_hash], g.ok
-        tok = stats.interval([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], n_boot)
-        ce = stats.interval(c.per_episode, c.tasks, n_boot) if c.prices.configured else None
+        tok = stats.interval([episode_tokens(r) for r in ok], [r["task_id"] for r in ok], TOKENS, n_boot,
+                             what="tokens per episode")
+        ce = stats.interval(c.per_episode, c.tasks, COST, n_boot, what="cost per episode") if c.prices.configured else None
         rows.append(CostRow(g.label, tok, c, ce))
     return rows
 
@@ -69,6 +71,7 @@ def tokens_chart(groups: list[ConfigGroup], costs: dict[str, ConfigCost]) -> Tok
         return None
     priced = [i for i, g in enumerate(groups) if costs[g.config_hash].prices.configured
               and any(x > 0 for x in costs[g.config_hash].per_episode)]
-    cost = [(i, stats.interval(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks))
+    cost = [(i, stats.interval(costs[groups[i].config_hash].per_episode, costs[groups[i].config_hash].tasks, COST,
+                               what="cost per episode"))
             for i in priced]
     return TokensChart([g.label for g in groups], data, cost)

@@ -64,6 +64,7 @@ import pyarrow as pa
 from engine.config import Config
 from engine.errors import ConfigError
 from engine.protocol import Benchmark, BenchmarkBase, EpisodeContext, EpisodeOutcome, Row
+from engine.scoring.kinds import PROPORTION
 from engine.benchmarks.arith.config import ArithAgentConfig, ArithBenchmarkConfig
 
 
@@ -82,6 +83,8 @@ class Arith(BenchmarkBase):
     primary_metrics = ("accuracy",)
     # an episode that produced no answer (an error, a budget stop) counts as wrong
     failure_values = {"accuracy": 0.0}
+    # what the metric is: one right-or-wrong per episode (its interval follows: engine/scoring/kinds.py)
+    metric_kinds = {"accuracy": PROPORTION}
     episode_fields: list[pa.Field[Any]] = [pa.field("expected", pa.int64()), pa.field("answer", pa.int64())]
 
     def validate(self, cfg: Config) -> None:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.scoring import stats
+from engine.scoring import kinds, stats
 from engine.scoring.stats import Outcome
 
 
@@ -176,18 +176,22 @@ def test_clopper_pearson_hand_computed():
 def test_interval_is_exact_bootstrap_or_none():
     """0 of 20 is not [0, 0]; two right answers are not [1, 1]; below MIN_BOOT_TASKS tasks no
     bootstrap interval is given; several seeds of a task make it a task bootstrap."""
-    e = stats.interval([0.0] * 20, [f"t{i}" for i in range(20)])
+    P = kinds.PROPORTION
+    e = stats.interval([0.0] * 20, [f"t{i}" for i in range(20)], P)
     assert (e.value, e.lo, e.method, e.n, e.n_tasks) == (0.0, 0.0, stats.EXACT, 20, 20)
     assert e.hi == pytest.approx(0.1684, abs=1e-4)
-    e = stats.interval([1.0, 1.0, float("nan")], ["a", "b", "c"])           # NaN: an absent value
+    e = stats.interval([1.0, 1.0, float("nan")], ["a", "b", "c"], P)           # NaN: an absent value
     assert (e.value, e.hi, e.n, e.method) == (1.0, 1.0, 2, stats.EXACT) and e.lo == pytest.approx(0.1581, abs=1e-4)
-    few = stats.interval([0.5, 0.7, 0.6], ["a", "b", "c"])                    # not 0/1, 3 tasks
+    few = stats.interval([0.5, 0.7, 0.6], ["a", "b", "c"], kinds.SCORE01)       # a score, 3 tasks
     assert few.method == stats.TOO_FEW and few.value == pytest.approx(0.6) and math.isnan(few.lo)
-    seeds = stats.interval([1.0, 0.0] * 3, ["a", "a", "b", "b", "c", "c"])    # 0/1 but 2 seeds a task
+    seeds = stats.interval([1.0, 0.0] * 3, ["a", "a", "b", "b", "c", "c"], P)    # 0/1 but 2 seeds a task
     assert seeds.method == stats.TOO_FEW and seeds.n == 6 and seeds.n_tasks == 3
-    many = stats.interval([1.0, 0.0] * 12, [f"t{i // 2}" for i in range(24)], n_boot=300)
+    many = stats.interval([1.0, 0.0] * 12, [f"t{i // 2}" for i in range(24)], P, n_boot=300)
     assert many.method == stats.BOOTSTRAP and many.n_tasks == 12 and many.lo <= 0.5 <= many.hi
-    assert stats.interval([], []).n == 0 and math.isnan(stats.interval([], []).value)
+    assert stats.interval([], [], P).n == 0 and math.isnan(stats.interval([], [], P).value)
+    # the kind decides, not the values: the same 0/1 values as a count get no exact interval
+    count = stats.interval([0.0] * 20, [f"t{i}" for i in range(20)], kinds.COUNT)
+    assert count.method == stats.BOOTSTRAP and (count.lo, count.hi) == (0.0, 0.0)
 
 
 def test_paired_test_gives_no_interval_below_min_boot_tasks():
