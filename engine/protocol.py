@@ -33,9 +33,7 @@ and, with defaults in :class:`BenchmarkBase` for benchmarks that need none of th
   ``task_failure_values(task)`` where a task differs (None: ``failure_values``),
 * ``judge_metrics``: the metrics that need a judge (not produced at all when none ran),
 * ``metric_order``: the order metrics are listed in,
-* ``metric_bounds``: the range of a per-episode metric that is not [0, 1] (a percentage),
-* ``metric_kinds``: what each metric is (``engine.scoring.kinds``): a proportion, a bounded score,
-  a count, tokens, seconds or a cost; its interval, range and unit follow from that,
+* ``metric_bounds``, ``metric_kinds``: a metric's range where not [0, 1]; what it is (its interval follows),
 * ``metrics(rows)``: metrics that are not means of ``episode_values`` (spreads, counts), over
   the scored rows,
 * ``prompt_version``: a version of the agent's prompt text (part of every episode id),
@@ -315,9 +313,7 @@ class BenchmarkBase:
     # The range a per-episode metric lies in, where it is not [0, 1] (a percentage, a 1-5 scale):
     # anytime-valid intervals and racing (engine/scoring/anytime.py) need bounded values.
     metric_bounds: dict[str, tuple[float, float]] = {}
-    # What each metric is (engine/scoring/kinds.py: a proportion, a bounded score, a count, tokens,
-    # seconds, a cost): its interval, range, unit and rounding follow from it, never from the values.
-    # Every metric a benchmark produces must be declared (tests/benchmarks/test_contract.py).
+    # What each metric is (engine/scoring/kinds.py); every one must be declared (test_contract.py).
     metric_kinds: dict[str, MetricKind] = {}
     metric_order: tuple[str, ...] = ()
     # Version of the agent's prompt text (engine.scoring.judges.source_version of its prompts module):

@@ -66,6 +66,7 @@ from engine.scoring.common_tasks import (
     planned_tasks,
     restrict,
 )
+from engine.scoring.kinds import kind_of
 from engine.scoring.outcome_marks import (
     BUDGET_STOPPED,
     ERROR,
@@ -172,7 +173,6 @@ def means(bench: Any, values: Sequence[EpisodeValue]) -> list[MetricRow]:
     its interval (``stats.interval`` by the metric's declared kind, ``bench.metric_kinds``: the one
     the report, leaderboard and export print)."""
     from engine.scoring import stats
-    from engine.scoring.kinds import kind_of
 
     acc: dict[str, list[float]] = {}
     tasks: dict[str, list[str]] = {}
