@@ -59,6 +59,8 @@ def test_a_configuration_with_nothing_scored_stays_in_its_judges_tables(tmp_path
     assert paired and any("0.5" in ln for ln in paired), md[:6000]
     html = cell_lines(s.report_html)
     assert any(fallback in ln for ln in html)
+    # the curve's caption names the intervals it draws: both points' are exact (issue 46: it said bootstrap)
+    assert "accuracy vs max_searches (95% intervals: exact (Clopper-Pearson))" in md, md[:6000]
     accs = {r["params"]["config_hash"]: r["metrics"]["accuracy"] for r in s.mlflow}
     assert accs == {h1: 0.5, h3: 0.0}
 

@@ -281,6 +281,12 @@ def test_no_judge_by_default_and_self_judging_only_when_asked(tmp_path):
     acc = metric(EpisodeStore(tmp_path / "b").metrics().to_pylist(), "accuracy")
     assert acc["self_judged"] and acc["value"] == 1.0
     assert len(qs) == 2
+    # an episode's values through its judge carry the mark too (`dateline show`, issue 46)
+    eid = EpisodeStore(tmp_path / "b").episodes(["episode_id"]).column("episode_id").to_pylist()[0]
+    show = run_module("ray_jobs.cli.main", "show", str(tmp_path / "b"), eid, timeout=300)
+    assert show.returncode == 0, show.stderr[-3000:]
+    (block,) = [ln for ln in show.stdout.splitlines() if ln.startswith("=== metrics (judge ")]
+    assert "SELF-JUDGED: graded by the model under test" in block, block
 
 
 def test_each_seed_reaches_the_engine(tmp_path):

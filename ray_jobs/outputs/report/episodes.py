@@ -26,7 +26,7 @@ from engine.config import stable_hash
 from engine.llm.transcripts import conversation
 from engine.protocol import Benchmark, Row
 from engine.scoring import cutoff, metric_table, outcomes
-from engine.scoring.judges import judged_views
+from engine.scoring.judges import SELF_JUDGED, judged_views
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import tables
 
@@ -43,6 +43,14 @@ class EpisodeView:
     reference: str
     label: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    self_judged: set[str] = field(default_factory=set)   # judge ids whose values graded the model's own work
+
+    def judge_title(self, jid: str) -> str:
+        """A values block's title: the judge, marked where it is the model under test (issue 46)."""
+        if not jid:
+            return "no judge"
+        return f"judge {jid}" + (f", {SELF_JUDGED.upper()}: graded by the model under test"
+                                 if jid in self.self_judged else "")
 
     @property
     def episode_id(self) -> str:
@@ -73,13 +81,13 @@ def load(store: EpisodeStore, bench: Benchmark[Any], episode_id: str, label: str
     if judged is None and (row["status"] == "ok" or cutoff.splits(bench)):
         judged = judged_of(store, bench, str(row["config_hash"]), [episode_id])
     # a failed episode has no values of its own (its plan's failure values)
-    values = _values(bench, row, judged) if row["status"] == "ok" and judged is not None else {}
+    values, selfs = _values(bench, row, judged) if row["status"] == "ok" and judged is not None else ({}, set())
     try:
         reference = bench.episode_reference(row)
     except Exception as e:  # noqa: BLE001 - the viewer shows what it can
         reference = f"(reference unavailable: {type(e).__name__}: {e})"
     extra = {"cutoff": _side(bench, judged, row)} if cutoff.splits(bench) and judged is not None else {}
-    return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label, extra)
+    return EpisodeView(row, steps, own, judge_calls, messages, judgements, values, reference, label, extra, selfs)
 
 
 def _side(bench: Benchmark[Any], judged: Judged, row: Row) -> str:
@@ -129,10 +137,11 @@ def judged_of(store: EpisodeStore, bench: Benchmark[Any], config_hash: str,
     return Judged(by_judge, judges, ev, plan.knowledge_cutoff, plan.dates)
 
 
-def _values(bench: Benchmark[Any], row: Row, judged: Judged) -> dict[str, dict[str, float]]:
+def _values(bench: Benchmark[Any], row: Row, judged: Judged) -> tuple[dict[str, dict[str, float]], set[str]]:
     """Judge id ("" for none) -> the episode's values, by the code ``dateline metrics`` averages
     (``judges.judged_views`` then ``outcomes.episode_values``): no judge-based metric without a
-    judge, and each judge's under its own evaluation settings."""
+    judge, and each judge's under its own evaluation settings; and the judges that are the model
+    under test (self-judged)."""
     views = judged_views([row], {}, {}, None, judged.evaluation)          # the unjudged view, always shown
     mine = {j: d for j, d in judged.by_judge.items() if row["episode_id"] in d}
     if mine:
@@ -145,7 +154,7 @@ def _values(bench: Benchmark[Any], row: Row, judged: Judged) -> dict[str, dict[s
             out[v.judge] = {}
             continue
         out[v.judge] = {k: x for k, x in ev.values.items() if not math.isnan(x)}
-    return out
+    return out, {v.judge for v in views if v.judge and v.self_judged}
 
 
 # -- terminal ---------------------------------------------------------------------------------------
@@ -213,7 +222,7 @@ def render_text(view: EpisodeView, width: int = 2000) -> str:
         lines += ["", "=== reference", _clip(view.reference, width)]
     for jid, vals in view.values.items():
         if vals:
-            lines += ["", f"=== metrics ({'judge ' + jid if jid else 'no judge'})"]
+            lines += ["", f"=== metrics ({view.judge_title(jid)})"]
             lines += [f"{k}: {v:.4g}" for k, v in sorted(vals.items())]
     if view.judgements:
         lines += ["", "=== judgements"]
@@ -279,7 +288,7 @@ def render_html(view: EpisodeView, back: str = "") -> str:
                  f'<pre id="reference">{_e(view.reference or "(none)")}</pre></div></div>')
     for jid, vals in view.values.items():
         if vals:
-            parts.append(f"<h2>Metrics ({_e('judge ' + jid if jid else 'no judge')})</h2><table>"
+            parts.append(f"<h2>Metrics ({_e(view.judge_title(jid))})</h2><table>"
                          + "".join(f"<tr><th>{_e(k)}</th><td>{v:.4g}</td></tr>" for k, v in sorted(vals.items()))
                          + "</table>")
     if view.judgements:

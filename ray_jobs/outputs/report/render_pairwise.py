@@ -59,13 +59,17 @@ def render_protocol(page: Page, p: ProtocolSection) -> None:
     page.para(f"Left out: {stale + other} stored verdicts: {stale} stale (a judged text is no longer the system's "
               f"current output; run `dateline pairwise` again to judge the new text) and {other} not in the current "
               f"plan (another seed, order, task or system than the latest stage's).")
-    if p.position is not None:
+    if p.position is not None and not p.position.pairs_both_orders:
+        # one order per pair: how often the first article won mixes the position with which article
+        # was better, so it is no measure of position preference (issue 46)
+        page.para("Position: not measured. Each pair was judged in one order, so a preference for the "
+                  "first article cannot be told from a better article; judge with both_orders=true to measure it.")
+    elif p.position is not None:
         pos = p.position
-        consistent = ("n/a (judge with both_orders=true to measure)" if not pos.pairs_both_orders else
-                      f"{pos.consistent_share * 100:.1f}% of {int(pos.pairs_both_orders)} pairs")
-        page.para(f"Position: the first article won {est(pos.first_wins)} of verdicts (0.5 = no position "
-                  f"preference). Same winner when the order is swapped: {consistent}.")
-        if pos.pairs_both_orders and pos.consistent_share < 0.5:
+        consistent = f"{pos.consistent_share * 100:.1f}% of {int(pos.pairs_both_orders)} pairs"
+        page.para(f"Position: the first article won {est(pos.first_wins)} of verdicts, each pair judged in both "
+                  f"orders (0.5 = no position preference). Same winner when the order is swapped: {consistent}.")
+        if pos.consistent_share < 0.5:
             page.para("Warning: most verdicts did not survive swapping the order: this judge follows the "
                       "position, not the articles, and the win rates below measure that.")
     if p.ratings is not None:

@@ -19,7 +19,8 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
     """The section on the page, and (``episodes`` > 0) the episode pages of each configuration,
     linked from its row (at most ``episodes`` each)."""
     page.heading(f"{s.name}: {s.root}")
-    page.para(f"{len(s.groups)} configuration(s). Intervals (95%): exact (Clopper-Pearson) for a share with one "
+    page.para(f"{len(s.groups)} configuration(s). Intervals (95%) follow what each metric is (its declared kind: "
+              f"engine/scoring/kinds.py), never its values: exact (Clopper-Pearson) for a proportion with one "
               f"0/1 value per task; else a bootstrap over tasks ({s.n_boot} resamples), and none below "
               f"{stats.MIN_BOOT_TASKS} tasks (too few tasks for an interval); "
               "n = planned episodes behind the value. Every configuration's numbers are over its plan: an episode "
@@ -188,7 +189,7 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     if b.curve is not None:
         c = b.curve
         page.figure(plots.curve_figure(c), f"{name}-curve",
-                    f"{name}: {c.metric} vs {c.xfield} (95% bootstrap intervals over tasks)")
+                    f"{name}: {c.metric} vs {c.xfield} ({_methods([e for _, pts in c.series for _, e in pts])})")
         page.table(["series", "model / other settings", c.xfield, c.metric],
                    [[f"series {i + 1}", key[:120], num(x), est(e)]
                     for i, (key, pts) in enumerate(c.series) for x, e in pts])
@@ -260,3 +261,14 @@ def _adaptive(page: Page, s: BenchmarkSection) -> None:
                [[labels.get(h, h[:8]), h, c["state"].replace("_", " "), c["tasks_admitted"],
                  f"[{c['interval'][0]:.3f}, {c['interval'][1]:.3f}] ({100 * c['interval_level']:.0f}%, anytime-valid)",
                  c["reason"] or "-"] for h, c in sorted(ad["configurations"].items())])
+
+
+def _methods(estimates: list[stats.Estimate]) -> str:
+    """How the intervals of a figure were made, from the estimates it draws (issue 46: a caption
+    said "bootstrap" over points whose intervals were exact)."""
+    names = {stats.EXACT: "exact (Clopper-Pearson)", stats.BOOTSTRAP: "bootstrap over tasks"}
+    made = sorted({names[e.method] for e in estimates if e.method in names})
+    none = any(e.method == stats.TOO_FEW for e in estimates)
+    text = ("95% intervals: " + " or ".join(made) + (", as each point's row below says" if len(made) > 1 else "")
+            if made else "no intervals")
+    return text + ("; points with too few tasks have none" if none and made else "")

@@ -371,3 +371,6 @@ def test_pairwise_hosts_its_judge_as_a_pool_and_stops_it(tmp_path):
         if {c["first"], c["second"]} == {"qwen:aaaaaaaa", "qwen:bbbbbbbb"}:
             want = "first" if c["first"] == "qwen:aaaaaaaa" else "second"
             assert json.loads(rows[c["comparison_id"]]["value"])["overall"] == want, c
+    # one order per pair: the report measures no position preference from it (issue 46)
+    html = build([str(tmp_path / "pw")], tmp_path / "report", n_boot=50).read_text()
+    assert "Position: not measured" in html and "the first article won" not in html
