@@ -99,8 +99,8 @@ class AnalystBenchmark(BenchmarkBase):
                                           scoring.CLAIM_VERIFICATION)
     primary_metrics = ("checklist_pct", "hallucination_pct")
     lower_is_better = ("hallucination_pct",)
-    metric_bounds = {m: (0.0, 100.0) for m in ("checklist_pct", "hallucination_pct", "claims_unverified_pct",
-                                               "visual_coverage_pct")}
+    # racing's ranges, from the kinds (the percentages: [0, 100]); the rest are in [0, 1] or unraced
+    metric_bounds = {m: (k.lo, k.hi) for m, k in analyst_metrics.METRIC_KINDS.items() if k.unit == "%"}
     per_task_metric = "checklist_pct"
     failure_values = analyst_metrics.FAILURE_VALUES
     judge_metrics = analyst_metrics.JUDGE_METRICS
