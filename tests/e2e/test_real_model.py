@@ -116,13 +116,15 @@ def test_hosted_vllm_runs_four_episodes_concurrently(real_run):
 
 
 @pytest.mark.ray
-@pytest.mark.ray
 def test_a_killed_replica_is_restarted_and_the_run_completes(real_run):
     run_dir, killed = real_run
     assert len(killed) == 1, f"the vLLM server was killed {len(killed)} times, not once"
     info = json.loads(sorted(run_dir.glob("run-*.json"))[-1].read_text())
     assert info["replica_restarts"] >= 1, info
-    assert info["failures"]["replicas"].get(f"{QWEN}: replica restarted: dead", 0) >= 1, info["failures"]
+    # the health check may see the killed server's port refuse ("down") before the reaper reports the
+    # process gone ("dead"): both are this kill, a "wedged" restart would not be
+    replicas = info["failures"]["replicas"]
+    assert sum(replicas.get(f"{QWEN}: replica restarted: {cause}", 0) for cause in ("dead", "down")) >= 1, replicas
     log = (run_dir / "logs" / replica_log_name(QWEN, 0)).read_text(errors="replace")
     assert log.count("Application startup complete") >= 2           # started, killed, started
     eps = EpisodeStore(run_dir, BENCHMARK.episode_fields).episodes().to_pylist()
