@@ -253,20 +253,44 @@ def _by_task(outcomes: Iterable[Outcome]) -> list[list[Outcome]]:
 
 def win_rate_intervals(outcomes: Sequence[Outcome], systems: Sequence[str], n_boot: int = DEFAULT_BOOT,
                        seed: int = 0, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(M, lo, hi, N): the win-rate matrix, its task-bootstrap interval per cell, and counts."""
+    """(M, lo, hi, N): the win-rate matrix, each cell's interval and counts. A cell's interval is
+    chosen by what the cell is, as :func:`interval` chooses (never by its values):
+
+    * one verdict per task for the pair and no tie: a share of independent trials, so the exact
+      Clopper-Pearson interval (4 wins of 4 is [0.398, 1], never [1, 1]);
+    * else (both orders of a pair are two verdicts of one task, a tie counts half), the task
+      bootstrap, with at least ``MIN_BOOT_TASKS`` tasks behind the pair;
+    * else NaN: too few tasks for an interval."""
     groups = _by_task(outcomes)
     point, lo, hi = bootstrap(groups, lambda gs: win_rate_matrix(itertools.chain(*gs), systems),
                               n_boot, seed, alpha)
-    _, N = win_counts(outcomes, systems)
+    W, N = win_counts(outcomes, systems)
+    idx = {s: i for i, s in enumerate(systems)}
+    per_pair: dict[tuple[int, int], list[Outcome]] = {}
+    for o in outcomes:
+        per_pair.setdefault((min(idx[o.a], idx[o.b]), max(idx[o.a], idx[o.b])), []).append(o)
+    for (i, j), outs in per_pair.items():
+        tasks = [o.task_id for o in outs]
+        if len(set(tasks)) == len(tasks) and all(o.winner is not None for o in outs):
+            k = int(round(W[i, j]))
+            lo[i, j], hi[i, j] = clopper_pearson(k, len(outs), alpha)
+            lo[j, i], hi[j, i] = 1.0 - hi[i, j], 1.0 - lo[i, j]
+        elif len(set(tasks)) < MIN_BOOT_TASKS:
+            lo[i, j] = hi[i, j] = lo[j, i] = hi[j, i] = float("nan")
     return point, lo, hi, N
 
 
 def bradley_terry_intervals(outcomes: Sequence[Outcome], systems: Sequence[str], prior_games: float = 1.0,
                             n_boot: int = DEFAULT_BOOT, seed: int = 0, alpha: float = 0.05
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ratings and their task-bootstrap intervals; NaN intervals below ``MIN_BOOT_TASKS`` tasks
+    (four tasks of one result resample to one rating: [1.10, 1.10] says nothing)."""
     groups = _by_task(outcomes)
-    return bootstrap(groups, lambda gs: bradley_terry(itertools.chain(*gs), systems, prior_games),
-                     n_boot, seed, alpha)
+    theta, lo, hi = bootstrap(groups, lambda gs: bradley_terry(itertools.chain(*gs), systems, prior_games),
+                              n_boot, seed, alpha)
+    if len(groups) < MIN_BOOT_TASKS:
+        lo, hi = np.full_like(theta, np.nan), np.full_like(theta, np.nan)
+    return theta, lo, hi
 
 
 # -- paired tests ---------------------------------------------------------------------------------

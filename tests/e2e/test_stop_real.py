@@ -1,5 +1,5 @@
 """A real run stopped by each signal, then resumed (issue 29, item 4): on the real model (vLLM on
-CPU, livenews, 4 episodes; the run session's shared server, ``shared_vllm``, as the run's endpoint), one
+CPU, livenews, 3 episodes; the run session's shared server, ``shared_vllm``, as the run's endpoint), one
 run dir, in sequence:
 
 1. ``dateline run`` (the CLI), SIGINT to the driver alone, once episodes are in flight;
@@ -12,7 +12,7 @@ SIGINT to the driver's process group (a terminal's Ctrl-C) is checked with a scr
 on a 2-core AVX2 machine.
 
 Each stop: the driver exits within 30 s of the signal with 130 (SIGINT) or 143 (SIGTERM), prints
-on stderr exactly one line ``stopped by SIG...: F of 4 finished, E failed, N not run; the same
+on stderr exactly one line ``stopped by SIG...: F of 3 finished, E failed, N not run; the same
 command resumes`` whose counts are what the store holds for the plan, no traceback, no stack dump,
 no ``Aborted``, and leaves no process behind (raylet, gcs_server, Ray workers: every process seen
 under the driver while it ran is gone).
@@ -151,6 +151,9 @@ def stored(run_dir: Path) -> Any:
     return lambda d: _count(d, "episodes", "") > before
 
 
+LIMIT = 3      # episodes: two stops find some in flight, the third run finishes them (was 4: CI's time)
+
+
 def store_counts(overrides: list[str]) -> tuple[int, int, int, int]:
     """(planned, ok, error, no row) of the run's plan, from its store."""
     from dateline import compose
@@ -210,7 +213,7 @@ def stop_run(argv: list[str], run_dir: Path, sig: int, group: bool, ready: Any, 
 def test_sigint_and_sigterm_stop_a_real_run_and_the_same_command_finishes_it(tmp_path, shared_vllm):
     """Why it takes minutes: three real runs in a row, each starting Ray (two stopped once episodes
     are in flight, and the one that finishes the run), with real decoding on CPU."""
-    overrides = ["benchmark=livenews", "agent=livenews_guided", "benchmark.limit=4", "agent.max_searches=2",
+    overrides = ["benchmark=livenews", "agent=livenews_guided", f"benchmark.limit={LIMIT}", "agent.max_searches=2",
                  "agent.max_visits=1", "agent.max_tokens_turn=160", "judge=none", f"run.dir={tmp_path}",
                  "model=openai_compatible", f"model.base_url={shared_vllm.base_url}", f"model.name={shared_vllm.model}",
                  "model.api_key_env=", "run.progress=false", "run.flush_interval_s=0"]  # a finished episode is stored at once
@@ -246,12 +249,12 @@ def test_sigint_and_sigterm_stop_a_real_run_and_the_same_command_finishes_it(tmp
     p = subprocess.run(module, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stderr[-4000:]
     info = json.loads(sorted(tmp_path.glob("run-*.json"))[-1].read_text())
-    assert info["episodes_skipped"] == kept and info["episodes_planned"] == 4 - kept, info
+    assert info["episodes_skipped"] == kept and info["episodes_planned"] == LIMIT - kept, info
     from engine.benchmarks.livenews import BENCHMARK
     from engine.storage import EpisodeStore
 
     eps = EpisodeStore(tmp_path, BENCHMARK.episode_fields).episodes().to_pylist()
-    assert len(eps) == 4 and all(e["status"] == "ok" for e in eps), [e["error"][:300] for e in eps]
+    assert len(eps) == LIMIT and all(e["status"] == "ok" for e in eps), [e["error"][:300] for e in eps]
     raw = [r["episode_id"] for f in sorted((tmp_path / "episodes").glob("part-*.parquet"))
            for r in pq.read_table(f, columns=["episode_id"]).to_pylist()]
     assert sorted(raw) == sorted(e["episode_id"] for e in eps), "an episode was stored twice"

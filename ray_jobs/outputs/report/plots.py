@@ -115,7 +115,8 @@ def winrate_figure(r: Ratings, names: list[str]) -> Figure:
     im = ax.imshow(np.nan_to_num(M * 100, nan=np.nan), cmap="Blues", vmin=0, vmax=100)
     for i, j in itertools.product(range(k), repeat=2):
         if i != j and N[i, j] > 0:
-            ax.text(j, i, f"{M[i, j] * 100:.0f}\n[{lo[i, j] * 100:.0f}-{hi[i, j] * 100:.0f}]",
+            iv = "" if np.isnan(lo[i, j]) else f"\n[{lo[i, j] * 100:.0f}-{hi[i, j] * 100:.0f}]"
+            ax.text(j, i, f"{M[i, j] * 100:.0f}{iv}",
                     ha="center", va="center", fontsize=8, color="white" if M[i, j] > .6 else "black")
     labels = [short(n) for n in plot_names(names)]
     ax.set_xticks(range(k), labels, rotation=30, ha="right", fontsize=8)

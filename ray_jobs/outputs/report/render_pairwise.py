@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from engine.scoring import stats
 from engine.scoring.judges import SELF_JUDGED
 from engine.scoring.pairwise import NOT_IN_PLAN, STALE
 from ray_jobs.outputs.report import plots
@@ -85,20 +86,31 @@ def render_protocol(page: Page, p: ProtocolSection) -> None:
 def render_ratings(page: Page, r: Ratings, names: list[str], protocol: str) -> None:
     M, lo, hi, N = r.win, r.win_lo, r.win_hi, r.comparisons
     page.figure(plots.winrate_figure(r, names), f"winrate-{protocol}",
-                f"Win rate (%) of the row system over the column system ({protocol} protocol), 95% bootstrap "
-                f"interval over tasks")
+                f"Win rate (%) of the row system over the column system ({protocol} protocol), 95% interval "
+                f"as in the table below (none where too few tasks)")
     k = len(names)
     page.table(["row \\ column", *names],
                [[names[i], *[("" if i == j or N[i, j] == 0 else
-                              f"{M[i, j] * 100:.1f} [{lo[i, j] * 100:.1f}, {hi[i, j] * 100:.1f}] (n={int(N[i, j])})")
-                             for j in range(k)]] for i in range(k)])
+                              f"{with_interval(M[i, j] * 100, lo[i, j] * 100, hi[i, j] * 100, '.1f')} "
+                              f"(n={int(N[i, j])})") for j in range(k)]] for i in range(k)])
+    page.para("A win rate's interval: exact (Clopper-Pearson) when the pair has one verdict per task and no "
+              "tie, a share of independent trials; else the task bootstrap, which needs "
+              f"{stats.MIN_BOOT_TASKS} tasks: below that, none is printed (too few tasks).")
     page.para("Bradley-Terry ratings from every pairwise outcome (one virtual tie per pair that met keeps "
-              "ratings finite); Elo scale: 400 points = 10:1 odds, centred on 1000.")
+              "ratings finite); Elo scale: 400 points = 10:1 odds, centred on 1000. Their intervals are the "
+              f"task bootstrap, none below {stats.MIN_BOOT_TASKS} tasks.")
     elo, elo_lo, elo_hi = r.elo
     page.table(["rank", "system", "BT log-strength", "Elo", "wins / comparisons"],
-               [[n + 1, names[i], f"{r.theta[i]:.2f} [{r.theta_lo[i]:.2f}, {r.theta_hi[i]:.2f}]",
-                 f"{elo[i]:.0f} [{elo_lo[i]:.0f}, {elo_hi[i]:.0f}]", f"{r.wins[i].sum():g} / {r.games[i].sum():g}"]
+               [[n + 1, names[i], with_interval(r.theta[i], r.theta_lo[i], r.theta_hi[i], ".2f"),
+                 with_interval(elo[i], elo_lo[i], elo_hi[i], ".0f"), f"{r.wins[i].sum():g} / {r.games[i].sum():g}"]
                 for n, i in enumerate(r.rank)])
+
+
+def with_interval(value: float, lo: float, hi: float, fmt: str) -> str:
+    """``value [lo, hi]``, or ``value (too few tasks for an interval)`` where there is none."""
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{value:{fmt}} (too few tasks for an interval)"
+    return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
 def render_sign_tests(page: Page, tests: list[SignTest], names: list[str]) -> None:

@@ -209,9 +209,12 @@ def test_pairwise_stage_and_report(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     # GUIDED beats FREE and the reference; FREE beats the reference; sample-03 GUIDED-FREE failed both orders
     assert "2 failed (malformed after every retry" in md
-    row = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=True) |") and "[" in ln)
-    assert "100.0 [100.0, 100.0] (n=4)" in row                  # vs FREE: 2 tasks x 2 orders
+    row = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=True) |") and "(n=" in ln)
+    # vs FREE: 2 tasks x 2 orders. Two verdicts of a task are no independent trials, and 2 tasks are
+    # too few for a bootstrap: no interval, never [100.0, 100.0] (issue 46)
+    assert "100.0 (too few tasks for an interval) (n=4)" in row, row
     bt = [ln for ln in md.splitlines() if re.match(r"\| [123] \| ", ln)]
+    assert all(ln.count("(too few tasks for an interval)") == 2 for ln in bt), bt       # BT and Elo, 4 tasks
     assert [ln.split(" | ")[1] for ln in bt] == ["qwen (guided_json=True)", "qwen (guided_json=False)", "reference (human)"]
     assert "Same winner when the order is swapped: 100.0% of" in md
     # 3 comparisons on 2 tasks: no exact interval (a task twice), too few tasks for a bootstrap one
@@ -374,3 +377,8 @@ def test_pairwise_hosts_its_judge_as_a_pool_and_stops_it(tmp_path):
     # one order per pair: the report measures no position preference from it (issue 46)
     html = build([str(tmp_path / "pw")], tmp_path / "report", n_boot=50).read_text()
     assert "Position: not measured" in html and "the first article won" not in html
+    # GUIDED won all 3 of its tasks against FREE, one verdict each: a share of 3 independent trials,
+    # exact: 3 of 3 is [0.025 ** (1/3), 1] = [0.292, 1] (issue 46: was [100.0, 100.0])
+    md = (tmp_path / "report" / "report.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=True) |") and "(n=3)" in ln)
+    assert f"100.0 [{0.025 ** (1 / 3) * 100:.1f}, 100.0] (n=3)" in row, row

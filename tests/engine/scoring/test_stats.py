@@ -104,6 +104,19 @@ def test_bootstrap_generic_and_win_rate_intervals():
     assert lo[0, 1] < 0.75 < hi[0, 1] and hi[0, 1] - lo[0, 1] < 0.35
     th, tlo, thi = stats.bradley_terry_intervals(o, ["A", "B"], n_boot=300)
     assert tlo[0] < th[0] < thi[0]
+    # one verdict per task, no tie: exact, 4 of 4 is [0.398, 1] (issue 46: bootstrap gave [1, 1])
+    four = outs([(f"t{i}", "A", "B", "a") for i in range(4)])
+    M, lo, hi, N = stats.win_rate_intervals(four, ["A", "B"], n_boot=200)
+    assert M[0, 1] == 1.0 and lo[0, 1] == pytest.approx(0.025 ** 0.25, abs=1e-6) and hi[0, 1] == 1.0
+    assert lo[1, 0] == 0.0 and hi[1, 0] == pytest.approx(1 - 0.025 ** 0.25, abs=1e-6)
+    th, tlo, thi = stats.bradley_terry_intervals(four, ["A", "B"], n_boot=200)
+    assert th[0] > 0 and np.isnan(tlo).all() and np.isnan(thi).all()         # 4 tasks: too few
+    # both orders (two verdicts a task) or a tie: no longer trials; the bootstrap from 10 tasks
+    both = outs([(f"t{i % 5}", "A", "B", "a") for i in range(10)])
+    assert np.isnan(stats.win_rate_intervals(both, ["A", "B"], n_boot=200)[1][0, 1])
+    tied = outs([(f"t{i}", "A", "B", None if i == 0 else "a") for i in range(12)])
+    M, lo, hi, _ = stats.win_rate_intervals(tied, ["A", "B"], n_boot=500)
+    assert lo[0, 1] < M[0, 1] <= hi[0, 1] <= 1.0 and lo[0, 1] > 0.5
     p, l_, h_ = stats.bootstrap([1.0], lambda g: float(np.mean(g)))
     assert p == 1.0 and math.isnan(l_) and math.isnan(h_)      # one task: no interval, not a fake one
 
