@@ -55,15 +55,37 @@ def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
             f"({len(common - tasks)} more dropped).")
 
 
+# The start of the sentence under a comparison that has no task to compare on: its COMMON rows are
+# each configuration over its own plan, so exports never label them ``common`` (issue 46)
+OWN_PLAN = "No task was finished by every one of the"
+
+
+def common_set(done: Sequence[set[str]]) -> set[str]:
+    """The tasks a comparison is on: those every member that finished any task finished. A member
+    that finished none (a dead endpoint) is left out (issue 46: it emptied every comparison), and
+    fewer than two members with tasks compare on nothing."""
+    live = [d for d in done if d]
+    return set.intersection(*live) if len(live) >= 2 else set()
+
+
 def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:
     """The sentence under a table computed on common tasks (``n_common`` 0: under a comparison
-    that falls back to each configuration's own plan; ``n_none`` of them finished no task)."""
+    that falls back to each configuration's own plan; ``n_none`` of them finished no task and are
+    left out of the common set)."""
     if n_common == 0:
-        return (f"No task was finished by every one of the {n_configs} compared configurations ({n_none} finished "
+        return (f"{OWN_PLAN} {n_configs} compared configurations ({n_none} finished "
                 "none): each configuration is shown over its own plan.")
+    left_out = (f" {n_none} of the {n_configs} finished no task: left out of the common tasks (shown over them "
+                "with nothing scored)." if n_none else "")
+    n_live = n_configs - n_none
     if dropped == 0:
-        return (f"All {n_configs} configurations are compared on the same {n_common} task(s); none was "
-                "dropped.")
-    return (f"Computed on the {n_common} task(s) every one of the {n_configs} compared configurations finished; "
-            f"{dropped} task(s) dropped (not finished by every configuration). Show each configuration over "
-            "its own plan with --all-tasks.")
+        return (f"All {n_live} configurations that finished a task are compared on the same {n_common} task(s); "
+                f"none was dropped.{left_out}")
+    return (f"Computed on the {n_common} task(s) every one of the {n_live} compared configurations that finished "
+            f"a task finished; {dropped} task(s) dropped (not finished by every configuration). Show each "
+            f"configuration over its own plan with --all-tasks.{left_out}")
+
+
+def own_plan(row: Mapping[str, object]) -> bool:
+    """A row of scope common that is its configuration over its own plan (nothing to compare on)."""
+    return row.get("scope") == COMMON and str(row.get("note") or "").startswith(OWN_PLAN)

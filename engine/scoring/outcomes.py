@@ -59,10 +59,13 @@ from engine.protocol import MetricRow, Row
 from engine.scoring.common_tasks import (
     ALL,
     COMMON,
+    OWN_PLAN,
     common_note,
+    common_set,
     finished_tasks,
     metric_common,
     metric_note,
+    own_plan,
     planned_tasks,
     restrict,
 )
@@ -234,8 +237,8 @@ def lacking(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, 
 __all__ = [
     "ALL", "BUDGET_STOPPED", "COMMON", "Counts", "ERROR", "EpisodeValue", "INCOMPLETE", "NOT_RUN", "OUTCOMES",
     "PARTIALLY_JUDGED", "POLICIES", "Planned", "SCORED", "STOPPED_EARLY", "STOPPED_EARLY_MARK", "STOPPED_EARLY_NOTE",
-    "UNGRADED", "common_note", "count", "count_notes", "dataset_key", "episode_values", "error_kind",
-    "finished_tasks", "interval_cell", "judged_note", "lacking", "mark", "mark_unseen", "means", "metric_common",
+    "UNGRADED", "OWN_PLAN", "common_note", "common_set", "own_plan", "count", "count_notes", "dataset_key",
+    "episode_values", "error_kind", "finished_tasks", "interval_cell", "judged_note", "lacking", "mark", "mark_unseen", "means", "metric_common",
     "metric_note", "metric_rows", "n_cell", "outcome", "outside_note", "plan_of", "planned_tasks", "restrict",
     "task_set",
 ]

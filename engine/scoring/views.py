@@ -28,6 +28,7 @@ from engine.scoring.outcomes import (
     Counts,
     Planned,
     common_note,
+    common_set,
     count,
     count_notes,
     finished_tasks,
@@ -204,11 +205,11 @@ def reduce(bench: Any, views: Sequence[ConfigView]) -> list[dict[str, Any]]:
         if len(members) < 2:
             continue
         done = [finished_tasks(v.rows, v.planned) for v in members]
-        common = set.intersection(*done)
+        common = common_set(done)
         union = set().union(*(planned_tasks(v.rows, v.planned) for v in members))
         text = common_note(len(common), len(union - common), len(members), sum(not d for d in done))
-        special = metric_common([lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)) for v in members],
-                                common) if common else {}
+        special = metric_common([lacking(bench, v.rows, v.planned, v.policy, bool(v.judge))
+                                 for v, d in zip(members, done) if d], common) if common else {}
         for v in members:
             out += _emit_common(bench, v, common, special, text)
     return out
@@ -261,10 +262,11 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             rows = _emit(bench, v, v.planned, ALL, 0, "")
             out += rows
-            fam[v.family].append((c, v.judge, finished_tasks(v.rows, v.planned), planned_tasks(v.rows, v.planned),
-                                  rows))
+            done = finished_tasks(v.rows, v.planned)
+            fam[v.family].append((c, v.judge, done, planned_tasks(v.rows, v.planned), rows))
             who[v.family].append(v.who())
-            if len(hashes) > 1:     # only a family of two or more compares per metric
+            # only a family of two or more compares per metric, among the members that finished a task
+            if len(hashes) > 1 and done:
                 lacks[v.family].append(lacking(bench, v.rows, v.planned, v.policy, bool(v.judge)))
     marked = {f for f, members in who.items() if judges_a_member(members)}
     for f in marked:            # the judge is one of the family's models: every row of it says so
@@ -274,7 +276,7 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     multi = {f: m for f, m in fam.items() if len(m) >= 2}
     if not multi:
         return out
-    common = {f: set.intersection(*(x[2] for x in m)) for f, m in multi.items()}
+    common = {f: common_set([x[2] for x in m]) for f, m in multi.items()}
     texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m),
                             sum(not x[2] for x in m)) for f, m in multi.items()}
     special = {f: metric_common(lacks[f], common[f]) if common[f] else {} for f in multi}

@@ -60,6 +60,22 @@ SAMPLES_KEY = "samples"
 _COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_stopped_early", "n_not_run")
 
 
+def tasks_of(store: Any, config_hash: str) -> dict[str, Any] | None:
+    """Which tasks the newest run of this configuration took (its run-*.json ``tasks``: limit,
+    order, order seed); None for a run from before dateline recorded it."""
+    mine = [i for i in store.run_infos("run-") if i.get("config_hash") == config_hash and i.get("tasks")]
+    return mine[-1]["tasks"] if mine else None
+
+
+def tasks_text(t: dict[str, Any] | None) -> str:
+    """``limit 4, random order (seed 3)`` / ``all tasks, data order``; ``not recorded``."""
+    if not t:
+        return "not recorded"
+    limit = "all tasks" if t.get("limit") is None else f"limit {t['limit']}"
+    order = f"random order (seed {t['order_seed']})" if t.get("order") == "random" else f"{t.get('order')} order"
+    return f"{limit}, {order}"
+
+
 def _records(run_dir: str) -> Iterator[dict[str, Any]]:
     """One record per (benchmark, configuration, judge): name, params, metrics, tags, episode ids."""
     from engine.benchmarks import get_benchmark
@@ -95,7 +111,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                                   "judge": judge or "none", "score_failures": first["score_failures"],
                                   "task_set": first["task_set"], "run_dir": str(run_dir)}
         params |= {f"agent.{k}": v for k, v in agent.items()}
-        params |= {f"benchmark.{k}": v for k, v in data.items()}
+        # benchmark.limit is no part of a configuration (the config hash leaves it out): which tasks
+        # the newest run took is a tag, as mutable as the plan (issue 46)
+        params |= {f"benchmark.{k}": v for k, v in data.items() if k != "limit"}
         metrics: dict[str, float] = {k: float(first[k] or 0) for k in _COUNTS}
         metrics["n_outside_plan"] = float(c.n_outside_plan)
         if c.n_judged is not None:
@@ -118,6 +136,8 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         for r in rs:
             if ad is not None and ad["state"] == "stopped_early":
                 break                   # never a bare mean after adaptive stopping: the interval above instead
+            if outcomes.own_plan(r):
+                continue                # nothing to compare on: its own plan, exported above unprefixed (issue 46)
             prefix = "" if (r["scope"] or outcomes.ALL) == outcomes.ALL else "common."
             if r["value"] is None or (isinstance(r["value"], float) and math.isnan(r["value"])):
                 continue
@@ -138,6 +158,11 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),
                                             bench, h, judge)}
         # counts a later run changes (a larger plan, another judge's pass): tags, not params
+        taken = tasks_of(store, h)
+        tags |= {"dateline.tasks": tasks_text(taken),
+                 "dateline.limit": str((taken or {}).get("limit", "not recorded")).replace("None", "all"),
+                 "dateline.order": str((taken or {}).get("order", "not recorded")),
+                 "dateline.order_seed": str((taken or {}).get("order_seed", "not recorded")).replace("None", "none")}
         tags |= {"dateline.n_outside_plan": str(c.n_outside_plan),
                  "dateline.partially_judged": str(c.partially_judged).lower()}
         if c.n_judged is not None:

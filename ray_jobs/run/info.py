@@ -61,4 +61,5 @@ class RunInfo(TypedDict, total=False):
     config_hash: str
     model: dict[str, Any]
     judge_config: dict[str, Any]
+    tasks: dict[str, Any]                # which tasks: limit, order, order_seed (ray_jobs/run/sweep.py tasks_taken)
     provenance: dict[str, Any]

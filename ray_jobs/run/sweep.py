@@ -13,6 +13,7 @@ from typing import Any
 
 from engine import provenance
 from engine.config import Config, to_plain
+from engine.inputs.order import TaskOrder, task_order
 from engine.scoring import metric_table
 from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.budget.sweep import SweepLedger, sweep_ledger
@@ -130,6 +131,14 @@ def _reduce(points: dict[str, Point]) -> dict[str, list[dict[str, Any]]]:
     return reduced
 
 
+def tasks_taken(cfg: Config) -> dict[str, Any]:
+    """Which tasks this run took (issue 46): ``benchmark.limit`` (None: all), the order they were
+    taken in and its seed; exports and the report say it, since the config hash leaves it out."""
+    order = task_order(cfg) or TaskOrder("data")
+    return {"limit": getattr(cfg.benchmark, "limit", None), "order": order.kind,
+            "order_seed": order.seed if order.kind == "random" else None}
+
+
 def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: float, session: Session,
             print_summary: bool = True) -> None:
     """A point's run info written (``run-*.json``) and its summary printed (results on stdout)."""
@@ -139,6 +148,7 @@ def _report(p: Point, reduced: list[dict[str, Any]], prov: dict[str, Any], t0: f
     info["config_hash"] = p.plan.config_hash
     info["model"] = to_plain(p.cfg.model)
     info["judge_config"] = to_plain(p.cfg.judge)
+    info["tasks"] = tasks_taken(p.cfg)
     info.setdefault("replica_seconds_run", 0.0)
     info["failures"] = failures(p)
     info["provenance"] = prov

@@ -55,7 +55,7 @@ def test_vanilla_and_agentic_with_the_offline_model(tmp_path, shared_vllm):
     vanilla_agent = next(k[0] for k in metrics if json.loads(k[0])["mode"] == "vanilla")
     assert (vanilla_agent, "length_tokens") in metrics and (vanilla_agent, "report_written") in metrics
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-*.json"))]
-    assert len(runs) == 1, "the two modes are one job"
+    assert len(runs) == 2 and len(list(tmp_path.glob("provenance-*.json"))) == 1, "the two modes are one job"
 
     tables = run_module("ray_jobs.cli.main", "tables", str(tmp_path), timeout=300)
     assert tables.returncode == 0, tables.stderr

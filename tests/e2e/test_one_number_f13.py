@@ -7,6 +7,11 @@ with ``## Summary`` before any run dir section: it names both configurations, th
 the dateline version, the commit of this checkout, Python, Ray's version, the command line, the
 CPU cores, start, end and wall time; the run dir's ``provenance-*.json`` holds the same, and no
 secret (a ``model.env`` value given on the command line never appears).
+
+Issue 46 (findings 7 and 9): a second command then re-runs the baseline alone at ``benchmark.limit=1``
+with ``run.order_seed=3``. The provenance names both commands, each behind the one configuration
+whose newest numbers it made, and which tasks each took; the MLflow export's tags say the same,
+and no param claims ``benchmark.limit: null``.
 """
 
 from __future__ import annotations
@@ -64,3 +69,25 @@ def test_the_report_starts_with_a_summary_and_says_where_its_numbers_come_from(t
                  f"ray {version('ray')}", f"run.dir={run}", "cores", prov["started"], prov["ended"]):
         assert want in provenance, (want, provenance)
     assert SECRET not in md
+
+    # a second command, behind the baseline's newest numbers only (issue 46)
+    again = run_module("ray_jobs.run", "agent=newsagent_rule_based", "benchmark.limit=1", "run.order_seed=3",
+                       f"run.dir={run}", "run.progress=false", "cluster.num_cpus=2", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rep = run_module("ray_jobs.cli.main", "report", str(run), "--out", str(tmp_path / "report2"), "--boot", "50",
+                     timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    md = (tmp_path / "report2" / "report.md").read_text()
+    provenance = md.split("## Provenance", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in provenance.splitlines() if ln.startswith(f"| {run} |")]
+    assert len(rows) == 2, provenance
+    sweep_row = next(r for r in rows if " -m " in r)
+    again_row = next(r for r in rows if " -m " not in r)
+    assert "| 1 of 2 |" in sweep_row and "limit 2, random order (seed 0)" in sweep_row, sweep_row
+    assert "| 1 of 2 |" in again_row and "limit 1, random order (seed 3)" in again_row, again_row
+    from ray_jobs.outputs.export import _records
+
+    recs = {json.loads(r["row"]["agent"] or "{}").get("mode", "model"): r for r in _records(str(run))}
+    assert recs["rule-based"]["tags"]["dateline.tasks"] == "limit 1, random order (seed 3)"
+    assert (recs["rule-based"]["tags"]["dateline.limit"], recs["rule-based"]["tags"]["dateline.order_seed"]) == ("1", "3")
+    assert all("benchmark.limit" not in r["params"] for r in recs.values())

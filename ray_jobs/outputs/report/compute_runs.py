@@ -149,14 +149,14 @@ def _scopes(bench: Benchmark[Any], views: list[sv.ConfigView], all_tasks: bool =
             scoped += [(v, v.planned) for v in fam]
             continue
         done = [outcomes.finished_tasks(v.rows, v.planned) for v in fam]
-        common = set.intersection(*done)
+        common = outcomes.common_set(done)           # members that finished nothing left out (issue 46)
         union = set().union(*(outcomes.planned_tasks(v.rows, v.planned) for v in fam))
         notes.append(outcomes.common_note(len(common), len(union - common), len(fam), sum(not d for d in done)))
         # no task every configuration finished: each over its own plan (the note says so)
         scoped += [(v, outcomes.restrict(v.rows, v.planned, common) if common else v.planned) for v in fam]
         # a metric some finished episodes have no value of is compared on the tasks that have it
         per_metric = outcomes.metric_common([outcomes.lacking(bench, v.rows, v.planned, v.policy, bool(v.judge))
-                                             for v in fam], common) if common else {}
+                                             for v, d in zip(fam, done) if d], common) if common else {}
         special |= {v.config_hash: per_metric for v in fam}
         notes += [outcomes.metric_note(m, s, common) for m, s in sorted(per_metric.items())]
     if all_tasks and len(views) > 1:

@@ -129,30 +129,45 @@ def render_headline(page: Page, items: Sequence[Headline]) -> None:
 
 
 def render_provenance(page: Page, roots: Sequence[Path]) -> None:
-    """The newest provenance of each run dir (engine/provenance.py), one row each."""
+    """Each run dir's provenance (engine/provenance.py) behind the configurations it holds: one row
+    per command that produced some configuration's newest numbers, with how many configurations
+    that is and which tasks they took (issue 46: the newest command alone misled when another ran
+    most of the page)."""
     from engine.storage import EpisodeStore
+    from ray_jobs.outputs.export import tasks_of, tasks_text
+    from ray_jobs.outputs.inspect.plain import run_provenance
 
     rows = []
     for root in roots:
-        infos = EpisodeStore(root).run_infos("provenance-")
+        store = EpisodeStore(root)
+        infos = store.run_infos("provenance-")
         if not infos:
-            rows.append([str(root), "not recorded (a run before dateline recorded provenance)", "", "", "", "", "",
-                         "", ""])
+            rows.append([str(root), "", "not recorded (a run before dateline recorded provenance)", "", "", "", "", "",
+                         "", "", ""])
             continue
-        p: dict[str, Any] = infos[-1]
-        pk = p.get("packages", {})
-        hw = p.get("hardware", {})
-        gpus = (hw.get("ray") or {}).get("gpus")
-        rows.append([str(root), f"dateline {p.get('dateline', '?')}",
-                     (p.get("commit") or "no checkout")[:12] + (" (uncommitted changes)" if p.get("dirty") else ""),
-                     f"Python {p.get('python', '?')}; " + ", ".join(f"{k} {v}" for k, v in pk.items()),
-                     " ".join(p.get("command") or []),
-                     f"{hw.get('cpu_model', '?')}, {hw.get('cores', '?')} cores"
-                     + (f" ({', '.join(hw.get('cpu_flags') or [])})" if hw.get("cpu_flags") else "")
-                     + (f", {num(gpus)} GPU(s)" if gpus else ""),
-                     p.get("started", ""), p.get("ended", ""), f"{num(p.get('wall_s'))} s"])
+        hashes = list(dict.fromkeys(i["config_hash"] for i in store.run_infos("run-") if i.get("config_hash")))
+        behind: dict[str, tuple[dict[str, Any], list[str]]] = {}       # provenance -> (it, its configurations)
+        for h in hashes or [""]:
+            p = run_provenance(store, h)
+            key = f"{p.get('started', '')} {' '.join(p.get('command') or [])}"
+            behind.setdefault(key, (p, []))[1].append(h)
+        for p, mine in sorted(behind.values(), key=lambda pm: -len(pm[1])):
+            pk = p.get("packages", {})
+            hw = p.get("hardware", {})
+            gpus = (hw.get("ray") or {}).get("gpus")
+            taken = sorted({tasks_text(tasks_of(store, h)) for h in mine if h})
+            rows.append([str(root), f"{len([h for h in mine if h])} of {len(hashes)}", f"dateline {p.get('dateline', '?')}",
+                         (p.get("commit") or "no checkout")[:12] + (" (uncommitted changes)" if p.get("dirty") else ""),
+                         f"Python {p.get('python', '?')}; " + ", ".join(f"{k} {v}" for k, v in pk.items()),
+                         " ".join(p.get("command") or []), "; ".join(taken) or "not recorded",
+                         f"{hw.get('cpu_model', '?')}, {hw.get('cores', '?')} cores"
+                         + (f" ({', '.join(hw.get('cpu_flags') or [])})" if hw.get("cpu_flags") else "")
+                         + (f", {num(gpus)} GPU(s)" if gpus else ""),
+                         p.get("started", ""), p.get("ended", ""), f"{num(p.get('wall_s'))} s"])
     page.heading("Provenance")
-    page.para("Where each run dir's newest numbers come from (its provenance-*.json; every run-*.json holds its "
-              "own).")
-    page.table(["run dir", "version", "commit", "software", "command", "hardware", "started", "ended", "wall time"],
-               rows)
+    page.para("Where the numbers come from: per run dir, each command whose run produced some configuration's "
+              "newest numbers (its provenance-*.json; every run-*.json holds its own), the configurations it "
+              "produced, and the tasks they took (benchmark.limit and the task order, which the configuration's "
+              "hash leaves out).")
+    page.table(["run dir", "configurations", "version", "commit", "software", "command", "tasks", "hardware", "started",
+                "ended", "wall time"], rows)
