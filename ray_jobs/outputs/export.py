@@ -52,28 +52,13 @@ from engine.scoring import cutoff, outcomes
 from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
+from ray_jobs.outputs.runs_behind import tasks_of, tasks_text
 
 # the W&B history key of a configuration's per-sample table
 SAMPLES_KEY = "samples"
 
 # metric-row columns that are counts of the plan (metrics) rather than values
 _COUNTS = ("n_planned", "n_scored", "n_error", "n_budget_stopped", "n_stopped_early", "n_not_run")
-
-
-def tasks_of(store: Any, config_hash: str) -> dict[str, Any] | None:
-    """Which tasks the newest run of this configuration took (its run-*.json ``tasks``: limit,
-    order, order seed); None for a run from before dateline recorded it."""
-    mine = [i for i in store.run_infos("run-") if i.get("config_hash") == config_hash and i.get("tasks")]
-    return mine[-1]["tasks"] if mine else None
-
-
-def tasks_text(t: dict[str, Any] | None) -> str:
-    """``limit 4, random order (seed 3)`` / ``all tasks, data order``; ``not recorded``."""
-    if not t:
-        return "not recorded"
-    limit = "all tasks" if t.get("limit") is None else f"limit {t['limit']}"
-    order = f"random order (seed {t['order_seed']})" if t.get("order") == "random" else f"{t.get('order')} order"
-    return f"{limit}, {order}"
 
 
 def _records(run_dir: str) -> Iterator[dict[str, Any]]:
@@ -158,7 +143,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),
                                             bench, h, judge)}
         # counts a later run changes (a larger plan, another judge's pass): tags, not params
-        taken = tasks_of(store, h)
+        taken = tasks_of(store, h)      # ray_jobs/outputs/runs_behind.py
         tags |= {"dateline.tasks": tasks_text(taken),
                  "dateline.limit": str((taken or {}).get("limit", "not recorded")).replace("None", "all"),
                  "dateline.order": str((taken or {}).get("order", "not recorded")),

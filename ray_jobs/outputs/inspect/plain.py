@@ -18,6 +18,7 @@ from engine.provenance import dateline_version
 from engine.scoring import outcomes
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report import episodes as ev
+from ray_jobs.outputs.runs_behind import run_provenance as run_provenance  # re-exported: ray_jobs.outputs.inspect
 
 FOLDER = "_inspect"           # the default log dir, inside the run dir
 
@@ -198,13 +199,6 @@ def sample_metadata(view: ev.EpisodeView) -> dict[str, Any]:
     meta["error_kind"] = outcomes.error_kind(r) if r["status"] != "ok" else None
     meta["dateline_version"] = dateline_version()
     return meta
-
-
-def run_provenance(store: EpisodeStore, config_hash: str) -> dict[str, Any]:
-    """The newest provenance of the run dir that ran this configuration (else the newest)."""
-    infos = [p for p in store.run_infos("provenance-") if isinstance(p, dict)]
-    mine = [p for p in infos if any(c.get("config_hash") == config_hash for c in p.get("configs") or [])]
-    return (mine or infos or [{}])[-1]
 
 
 def results(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

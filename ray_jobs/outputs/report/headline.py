@@ -16,6 +16,7 @@ from engine.scoring import cutoff, outcomes
 from engine.scoring.judges import SELF_JUDGED
 from ray_jobs.outputs.report.page import Page, est
 from ray_jobs.outputs.report.sections import BenchmarkSection, JudgedBlock, num
+from ray_jobs.outputs.runs_behind import run_provenance, tasks_of, tasks_text
 
 ALPHA = 0.05
 
@@ -134,8 +135,6 @@ def render_provenance(page: Page, roots: Sequence[Path]) -> None:
     that is and which tasks they took (issue 46: the newest command alone misled when another ran
     most of the page)."""
     from engine.storage import EpisodeStore
-    from ray_jobs.outputs.export import tasks_of, tasks_text
-    from ray_jobs.outputs.inspect.plain import run_provenance
 
     rows = []
     for root in roots:
