@@ -102,7 +102,10 @@ def test_a_drained_pool_gives_its_gpus_to_the_model_with_work_left(tmp_path):
             c.add_node(num_cpus=4, num_gpus=2)
         c.wait_for_nodes()
         small = _sized_cfg(c, tmp_path, "small", "1", 0.0)
-        big = _sized_cfg(c, tmp_path, "big", "null", 1.0)      # 2 episodes at a time, ~4 s each: ~25 s
+        # 2 episodes at a time, ~8 s each: ~50 s. The added replica joins once its server is up (seconds
+        # on a busy machine) and, with 2 calls in flight over 4 replicas, gets each call with even odds
+        # among the idle ones: at 1 s a call it joined too late to serve one in a clean-clone run
+        big = _sized_cfg(c, tmp_path, "big", "null", 2.0)
         infos = run_sweep([small, big])
     by = {i["replicas_auto"] and next(iter(i["replicas_auto"])): i for i in infos}
     assert by["small"]["replicas_auto"]["small"]["replicas"] == 1, by["small"]["replicas_auto"]
