@@ -52,7 +52,7 @@ from engine.scoring import cutoff, outcomes
 from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
-from ray_jobs.outputs.runs_behind import tasks_of, tasks_text
+from ray_jobs.outputs.runs_behind import RunsBehind, tasks_text
 
 # the W&B history key of a configuration's per-sample table
 SAMPLES_KEY = "samples"
@@ -81,6 +81,7 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         names = config_labels([(r["model"], json.loads(r["agent"] or "{}") | {
             k: v for k, v in json.loads(r["data"] or "{}").items() if k != "limit"}, h) for h, r in items.items()])
         labels |= {(bench, h): n for h, n in zip(items, names)}
+    behind = RunsBehind(store)                                          # run-*.json read once, not per record
     adaptive = store.read_json("adaptive.json") or {}                   # an adaptive run's decisions (ray_jobs/run/adaptive.py)
     episodes: dict[tuple[str, str], list[str]] = defaultdict(list)      # (benchmark, config) -> its episode ids
     for e in store.episodes(["episode_id", "config_hash", "benchmark"]).to_pylist():
@@ -143,11 +144,14 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
                 "dateline.key": stable_hash(str(Path(run_dir).resolve()) if "://" not in str(run_dir) else str(run_dir),
                                             bench, h, judge)}
         # counts a later run changes (a larger plan, another judge's pass): tags, not params
-        taken = tasks_of(store, h)      # ray_jobs/outputs/runs_behind.py
-        tags |= {"dateline.tasks": tasks_text(taken),
-                 "dateline.limit": str((taken or {}).get("limit", "not recorded")).replace("None", "all"),
-                 "dateline.order": str((taken or {}).get("order", "not recorded")),
-                 "dateline.order_seed": str((taken or {}).get("order_seed", "not recorded")).replace("None", "none")}
+        taken = behind.tasks(h)
+        tags["dateline.tasks"] = tasks_text(taken)
+        if taken is None:
+            tags |= dict.fromkeys(("dateline.limit", "dateline.order", "dateline.order_seed"), "not recorded")
+        else:
+            tags |= {"dateline.limit": "all" if taken["limit"] is None else str(taken["limit"]),
+                     "dateline.order": str(taken["order"]),
+                     "dateline.order_seed": "none" if taken["order_seed"] is None else str(taken["order_seed"])}
         tags |= {"dateline.n_outside_plan": str(c.n_outside_plan),
                  "dateline.partially_judged": str(c.partially_judged).lower()}
         if c.n_judged is not None:

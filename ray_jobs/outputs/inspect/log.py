@@ -22,6 +22,7 @@ from engine.scoring import outcomes
 from engine.storage import EpisodeStore, is_uri, sub_uri, upload_tree
 from ray_jobs.outputs.inspect import plain
 from ray_jobs.outputs.report import episodes as ev
+from ray_jobs.outputs.runs_behind import RunsBehind
 
 if TYPE_CHECKING:
     from inspect_ai import log, model, scorer, tool, viewer
@@ -46,7 +47,7 @@ def write_logs(run_dir: str, records: Sequence[Mapping[str, Any]], log_dir: str 
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for rec in records:
         groups[(rec["benchmark"], rec["config_hash"])].append(rec)
-    store = EpisodeStore(run_dir)
+    behind = RunsBehind(EpisodeStore(run_dir))      # the provenance files read once, not per configuration
     lines = []
     with tempfile.TemporaryDirectory(prefix="dateline-inspect-") as tmp:
         local = Path(tmp) if is_uri(target) else Path(target)
@@ -55,7 +56,7 @@ def write_logs(run_dir: str, records: Sequence[Mapping[str, Any]], log_dir: str 
             vs = plain.views(run_dir, bench, h)
             path = local / plain.log_name(bench, h)
             load_inspect_ai()
-            log.write_eval_log(_eval_log(run_dir, recs, vs, plain.run_provenance(store, h)), str(path))
+            log.write_eval_log(_eval_log(run_dir, recs, vs, behind.provenance(h)), str(path))
             where = sub_uri(target, path.name) if is_uri(target) else str(path)
             n_err = sum(v.row["status"] != "ok" for v in vs)
             lines.append(f"inspect {where}: {recs[0]['name'].split(' [')[0]} ({len(vs)} samples, {n_err} with an "

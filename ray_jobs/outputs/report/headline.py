@@ -16,7 +16,7 @@ from engine.scoring import cutoff, outcomes
 from engine.scoring.judges import SELF_JUDGED
 from ray_jobs.outputs.report.page import Page, est
 from ray_jobs.outputs.report.sections import BenchmarkSection, JudgedBlock, num
-from ray_jobs.outputs.runs_behind import run_provenance, tasks_of, tasks_text
+from ray_jobs.outputs.runs_behind import RunsBehind, tasks_text
 
 ALPHA = 0.05
 
@@ -138,23 +138,22 @@ def render_provenance(page: Page, roots: Sequence[Path]) -> None:
 
     rows = []
     for root in roots:
-        store = EpisodeStore(root)
-        infos = store.run_infos("provenance-")
-        if not infos:
+        behind = RunsBehind(EpisodeStore(root))
+        if not behind.provenances:
             rows.append([str(root), "", "not recorded (a run before dateline recorded provenance)", "", "", "", "", "",
                          "", "", ""])
             continue
-        hashes = list(dict.fromkeys(i["config_hash"] for i in store.run_infos("run-") if i.get("config_hash")))
-        behind: dict[str, tuple[dict[str, Any], list[str]]] = {}       # provenance -> (it, its configurations)
+        hashes = behind.config_hashes()
+        by_command: dict[str, tuple[dict[str, Any], list[str]]] = {}   # provenance -> (it, its configurations)
         for h in hashes or [""]:
-            p = run_provenance(store, h)
+            p = behind.provenance(h)
             key = f"{p.get('started', '')} {' '.join(p.get('command') or [])}"
-            behind.setdefault(key, (p, []))[1].append(h)
-        for p, mine in sorted(behind.values(), key=lambda pm: -len(pm[1])):
+            by_command.setdefault(key, (p, []))[1].append(h)
+        for p, mine in sorted(by_command.values(), key=lambda pm: -len(pm[1])):
             pk = p.get("packages", {})
             hw = p.get("hardware", {})
             gpus = (hw.get("ray") or {}).get("gpus")
-            taken = sorted({tasks_text(tasks_of(store, h)) for h in mine if h})
+            taken = sorted({tasks_text(behind.tasks(h)) for h in mine if h})
             rows.append([str(root), f"{len([h for h in mine if h])} of {len(hashes)}", f"dateline {p.get('dateline', '?')}",
                          (p.get("commit") or "no checkout")[:12] + (" (uncommitted changes)" if p.get("dirty") else ""),
                          f"Python {p.get('python', '?')}; " + ", ".join(f"{k} {v}" for k, v in pk.items()),
