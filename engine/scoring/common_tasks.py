@@ -75,22 +75,17 @@ def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) ->
     if n_common == 0:
         return (f"{OWN_PLAN} {n_configs} compared configurations ({n_none} finished "
                 "none): each configuration is shown over its own plan.")
-    if n_none == 0:
-        if dropped == 0:
-            return (f"All {n_configs} configurations are compared on the same {n_common} task(s); none was "
-                    "dropped.")
-        return (f"Computed on the {n_common} task(s) every one of the {n_configs} compared configurations finished; "
-                f"{dropped} task(s) dropped (not finished by every configuration). Show each configuration over "
-                "its own plan with --all-tasks.")
+    # with some that finished nothing: the counts and "compared configurations" are of the others
+    which = " that finished a task" if n_none else ""
     left_out = (f" {n_none} of the {n_configs} finished no task: left out of the common tasks (shown over them "
-                "with nothing scored).")
+                "with nothing scored)." if n_none else "")
     n_live = n_configs - n_none
     if dropped == 0:
-        return (f"All {n_live} configurations that finished a task are compared on the same {n_common} task(s); "
-                f"none was dropped.{left_out}")
-    return (f"Computed on the {n_common} task(s) every one of the {n_live} compared configurations that finished "
-            f"a task finished; {dropped} task(s) dropped (not finished by every configuration). Show each "
-            f"configuration over its own plan with --all-tasks.{left_out}")
+        return (f"All {n_live} configurations{which} are compared on the same {n_common} task(s); none was "
+                f"dropped.{left_out}")
+    return (f"Computed on the {n_common} task(s) every one of the {n_live} compared configurations{which} "
+            f"finished; {dropped} task(s) dropped (not finished by every configuration). Show each configuration "
+            f"over its own plan with --all-tasks.{left_out}")
 
 
 def own_plan(row: Mapping[str, object]) -> bool:

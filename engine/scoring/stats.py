@@ -286,11 +286,11 @@ def bradley_terry_intervals(outcomes: Sequence[Outcome], systems: Sequence[str],
     """Ratings and their task-bootstrap intervals; NaN intervals below ``MIN_BOOT_TASKS`` tasks
     (four tasks of one result resample to one rating: [1.10, 1.10] says nothing)."""
     groups = _by_task(outcomes)
-    theta, lo, hi = bootstrap(groups, lambda gs: bradley_terry(itertools.chain(*gs), systems, prior_games),
-                              n_boot, seed, alpha)
-    if len(groups) < MIN_BOOT_TASKS:
-        lo, hi = np.full_like(theta, np.nan), np.full_like(theta, np.nan)
-    return theta, lo, hi
+    if len(groups) < MIN_BOOT_TASKS:            # no interval: no resamples to fit
+        theta = bradley_terry(outcomes, systems, prior_games)
+        return theta, np.full_like(theta, np.nan), np.full_like(theta, np.nan)
+    return bootstrap(groups, lambda gs: bradley_terry(itertools.chain(*gs), systems, prior_games),
+                     n_boot, seed, alpha)
 
 
 # -- paired tests ---------------------------------------------------------------------------------
