@@ -162,17 +162,20 @@ HOSTED, SERVED, NAMED = "fp:", "srv:", "name:"
 def weights_id(m: ModelConfig) -> str:
     """A short id of the weights, equal for two configs that serve the same model (self-judging
     is decided with it, engine/scoring/judges.py ``same_model``): ``fp:`` the fingerprint of a hosted folder
-    (its path when it has none); ``srv:`` what an external endpoint reports it serves (its root,
-    else its id: no URL in it, so every host name, port and replica of one server, and every member
-    of a fleet, is one identity); ``name:`` only the served name, when the endpoint cannot say."""
+    (its path when it has none); ``srv:`` what an external endpoint reports it serves (its root: no
+    URL in it, so every host name, port and replica of one server, and every member of a fleet, is
+    one identity); ``name:`` only the served name, when the endpoint cannot say, or lists the name
+    with no weights (a proxy in front of a server: issue 46, such a listing told one server from
+    itself). Two ``name:`` ids, or one beside any other, are one model when the names are: dateline
+    cannot tell them apart, so it never counts them as independent."""
     from engine.config import stable_hash
 
     if m.kind == "vllm":
         return HOSTED + hosted_hash(m)
     served = m.served_name or m.name
     s = served_model(endpoint_urls(m), served, m.api_key_env)
-    if s is not None:
-        return SERVED + stable_hash({"root": s.root or s.id}, n=12)
+    if s is not None and s.root:
+        return SERVED + stable_hash({"root": s.root}, n=12)
     return NAMED + stable_hash({"served": served}, n=12)
 
 

@@ -68,18 +68,22 @@ def common_set(done: Sequence[set[str]]) -> set[str]:
     return set.intersection(*live) if len(live) >= 2 else set()
 
 
-def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0) -> str:
+def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0, n_stopped: int = 0) -> str:
     """The sentence under a table computed on common tasks (``n_common`` 0: under a comparison
-    that falls back to each configuration's own plan; ``n_none`` of them finished no task and are
-    left out of the common set)."""
+    that falls back to each configuration's own plan; ``n_none`` of them finished no task and
+    ``n_stopped`` were stopped early by a race (engine/scoring/race_view.py): both left out of the
+    common set)."""
+    stopped = (f" {n_stopped} of the {n_configs} {'was' if n_stopped == 1 else 'were'} stopped early by the race: left "
+               "out of the common tasks (shown by the race's decision interval, never a mean)." if n_stopped else "")
     if n_common == 0:
         return (f"{OWN_PLAN} {n_configs} compared configurations ({n_none} finished "
-                "none): each configuration is shown over its own plan.")
+                f"none): each configuration is shown over its own plan.{stopped}")
     # with some that finished nothing: the counts and "compared configurations" are of the others
     which = " that finished a task" if n_none else ""
+    which += " and ran to the end of the race" if n_stopped else ""
     left_out = (f" {n_none} of the {n_configs} finished no task: left out of the common tasks (shown over them "
-                "with nothing scored)." if n_none else "")
-    n_live = n_configs - n_none
+                "with nothing scored)." if n_none else "") + stopped
+    n_live = n_configs - n_none - n_stopped
     if dropped == 0:
         return (f"All {n_live} configurations{which} are compared on the same {n_common} task(s); none was "
                 f"dropped.{left_out}")

@@ -169,4 +169,6 @@ def judged_views(rows: list[dict[str, Any]], by_judge: dict[str, dict[str, dict[
 def self_judged_note(judge_model: str) -> str:
     """The sentence every self-judged table carries."""
     return (f"{judge_model} judged its own outputs. These judge-based numbers say what the model under test "
-            f"thinks of itself; they are not measurements of quality.")
+            f"thinks of itself; they are not measurements of quality. (The judge counts as the model under test "
+            "when both report the same weights, or when they share a served name and an endpoint does not report "
+            "its weights: dateline cannot tell those apart, so it never counts them as independent.)")

@@ -25,6 +25,7 @@ from typing import Any
 
 from engine.scoring import cutoff, outcomes, views
 from engine.scoring.outcome_marks import warnings_of
+from engine.scoring.race_view import ANYTIME, split_stopped
 
 __all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "split_notes", "tables_markdown"]
 
@@ -46,17 +47,20 @@ def metric_key(store: Any, benchmarks: Sequence[str]) -> str:
     configurations (``data_paths`` in the episodes' ``data`` and the plans' evaluation settings)."""
     from engine.benchmarks import get_benchmark
     from engine.config import stable_hash
-    from engine.scoring import judges, stats
+    from engine.scoring import judge_checks, judges, race_view, stats
 
     evaluations = [p.evaluation for p in store.plans().values() if p.evaluation]
     # the shared code (outcomes, stats, judges: which judgement counts; views and the cutoff split:
     # which rows there are), then each benchmark's package
-    shared = _source_digest([Path(m.__file__ or "") for m in (outcomes, stats, judges, views, cutoff)])
-    parts = [store.listing_digest(_SOURCES), shared]
+    shared = _source_digest([Path(m.__file__ or "") for m in (outcomes, stats, judges, views, cutoff, race_view,
+                                                               judge_checks)])
+    # an adaptive run's decisions change how a stopped configuration's rows read (race_view.py)
+    parts = [store.listing_digest(_SOURCES), shared, store.read_text(race_view.RACE_FILE) or ""]
     for name in sorted(benchmarks):
         bench = get_benchmark(name)
         pkg = Path(sys.modules[type(bench).__module__].__file__ or "").parent
-        parts += [name, _source_digest(sorted(pkg.glob("*.py"))), _data_version(store, bench, evaluations)]
+        parts += [name, _source_digest(sorted(pkg.glob("*.py"))), _data_version(store, bench, evaluations),
+                  json.dumps(judge_checks.minimums(bench), sort_keys=True)]     # the marks' thresholds
     return stable_hash(*parts, n=24)
 
 
@@ -163,7 +167,11 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
             by = f" (judge {judge})" if judge else " (no judge)"
             warn = (f"**{SELF_JUDGED.upper()}**: judge-based columns were graded by the model under test.\n\n"
                     if any(r["self_judged"] for r in these) else "")
+            warn += "".join(f"**{w}**\n\n" for w in sorted({str(r["judge_check"]) for r in these
+                                                              if r.get("judge_check")}))
             below = "".join(f"\n{n}\n" for n in notes)
-            for title, md in bench.tables(these).items():
+            kept, stopped = split_stopped(these, [*bench.primary_metrics, *{str(r["metric"]) for r in these
+                                                                             if r.get("interval") == ANYTIME}])
+            for title, md in (bench.tables([dict(r) for r in kept]) | stopped).items():
                 out.append(f"## {name} {title}{by}\n\n{warn}{md}\n{below}")
     return "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,8 @@ def n_cell(row: Mapping[str, Any]) -> str:
     and when its judge saw only some: ``"6/6 PARTIALLY JUDGED (4 judged)"``."""
     c = Counts.of_row(row)
     judged = f" {PARTIALLY_JUDGED} ({c.n_judged} judged)" if c.partially_judged else ""
+    if row.get("race") == SCREENING_MARK:
+        return f"{c.n_scored}/{c.n_planned} {SCREENING_MARK} (dropped by successive halving){judged}"
     if c.n_stopped_early:
         return f"{c.n_scored}/{c.n_planned} {STOPPED_EARLY_MARK} (see its anytime-valid interval){judged}"
     if not c.incomplete:
@@ -146,6 +148,31 @@ def n_cell(row: Mapping[str, Any]) -> str:
 
 PARTIALLY_JUDGED = "PARTIALLY JUDGED"
 STOPPED_EARLY_MARK = "STOPPED EARLY"
+SCREENING_MARK = "SCREENING"
+# the ``interval`` of a raced configuration's row or estimate (engine/scoring/race_view.py; stats.py names the rest)
+ANYTIME, SCREENED, STOPPED = "anytime_valid", "screening", "stopped_early"
+
+
+def _three(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def race_cell(value: float | None, lo: float | None, hi: float | None, method: str, n: int,
+              fmt: Callable[[float], str] = _three) -> str | None:
+    """The text of a raced configuration's value (None: not one; the caller prints its own)::
+
+        STOPPED EARLY: [0.000, 0.418] anytime-valid confidence sequence for its full-set mean
+        0.333 SCREENING (n=3; mean of the tasks it ran, not a full-set estimate)
+        STOPPED EARLY (not raced on this metric: no mean after adaptive stopping)
+    """
+    if method == ANYTIME and lo is not None and hi is not None:
+        return (f"{STOPPED_EARLY_MARK}: [{fmt(lo)}, {fmt(hi)}] anytime-valid confidence sequence for its "
+                "full-set mean")
+    if method == SCREENED and value is not None:
+        return f"{fmt(value)} {SCREENING_MARK} (n={n}; mean of the tasks it ran, not a full-set estimate)"
+    if method == STOPPED:
+        return f"{STOPPED_EARLY_MARK} (not raced on this metric: no mean after adaptive stopping)"
+    return None
 STOPPED_EARLY_NOTE = ("an adaptive rule stopped this configuration; the means of the tasks it ran are biased after "
                       "adaptive stopping (Shin et al. 2019) and are not its score: read its anytime-valid interval of "
                       "the full-set mean (adaptive.json, the run summary, the report)")
@@ -185,6 +212,9 @@ def interval_cell(row: Mapping[str, Any]) -> str:
     """A metrics row's interval as printed beside its value: ``"[0.000, 0.265] exact"``,
     ``"too few tasks for an interval"``, or "" for a value that is not a mean (and older tables)."""
     lo, hi, how = row.get("lo"), row.get("hi"), row.get("interval") or ""
+    raced = race_cell(row.get("value"), lo, hi, how, int(row.get("n") or 0))
+    if raced is not None:
+        return raced
     if lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
         return f"[{lo:.3f}, {hi:.3f}] {how}".strip()
     return "too few tasks for an interval" if how == "too_few_tasks" else ""

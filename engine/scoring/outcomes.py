@@ -78,6 +78,7 @@ from engine.scoring.outcome_marks import (
     OUTCOMES,
     PARTIALLY_JUDGED,
     SCORED,
+    SCREENING_MARK,
     STOPPED_EARLY,
     STOPPED_EARLY_MARK,
     STOPPED_EARLY_NOTE,
@@ -93,6 +94,7 @@ from engine.scoring.outcome_marks import (
     outcome,
     outside_note,
     plan_of,
+    race_cell,
 )
 
 POLICIES = ("as_wrong", "exclude")
@@ -236,9 +238,9 @@ def lacking(bench: Any, rows: Sequence[Row], planned: Sequence[Planned] | None, 
 # common_tasks (moved there; engine.scoring.outcomes keeps every name it had)
 __all__ = [
     "ALL", "BUDGET_STOPPED", "COMMON", "Counts", "ERROR", "EpisodeValue", "INCOMPLETE", "NOT_RUN", "OUTCOMES",
-    "OWN_PLAN", "PARTIALLY_JUDGED", "POLICIES", "Planned", "SCORED", "STOPPED_EARLY", "STOPPED_EARLY_MARK",
+    "OWN_PLAN", "PARTIALLY_JUDGED", "POLICIES", "Planned", "SCORED", "SCREENING_MARK", "STOPPED_EARLY", "STOPPED_EARLY_MARK",
     "STOPPED_EARLY_NOTE", "UNGRADED", "common_note", "common_set", "count", "count_notes", "dataset_key",
     "episode_values", "error_kind", "finished_tasks", "interval_cell", "judged_note", "lacking", "mark", "mark_unseen",
     "means", "metric_common", "metric_note", "metric_rows", "n_cell", "outcome", "outside_note", "own_plan", "plan_of",
-    "planned_tasks", "restrict", "task_set",
+    "planned_tasks", "race_cell", "restrict", "task_set",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.identity import dataset_key
 from engine.protocol import MetricRow, Row
-from engine.scoring import cutoff
+from engine.scoring import cutoff, judge_checks
 from engine.scoring.outcomes import (
     ALL,
     COMMON,
@@ -43,6 +43,7 @@ from engine.scoring.outcomes import (
     restrict,
     task_set,
 )
+from engine.scoring.race_view import RaceView
 
 
 # -- a run dir's configurations, seen through each judge ------------------------------------------
@@ -244,11 +245,14 @@ def reduce_store(store: Any, bench: Any, judge: str | None = None, score_failure
     same rows, in the same order, as ``reduce(bench, config_views(...))``; memory is one
     configuration's episodes and judgements, not the store's."""
     with store.snapshot():      # listings and footers read once for every configuration's reads
-        return _reduce_store(store, bench, judge, score_failures, evaluation)
+        race = RaceView.read(store)
+        rows = _reduce_store(store, bench, judge, score_failures, evaluation, race)
+    # a judge that failed its own checks marks its rows (judge_checks.py); a race's stops shown once
+    return judge_checks.mark_rows(bench, [race.row(r) for r in rows] if race is not None else rows)
 
 
 def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str | None,
-                  evaluation: Mapping[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+                  evaluation: Mapping[str, dict[str, Any]] | None, race: RaceView | None) -> list[dict[str, Any]]:
     plans = store.plans()
     hashes = config_hashes(store, bench)
     family = functools.cache(lambda: family_judges(store, bench))
@@ -262,7 +266,8 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
         for v in views_of(store, bench, c, plans, judge, score_failures, evaluation, family):
             rows = _emit(bench, v, v.planned, ALL, 0, "")
             out += rows
-            done = finished_tasks(v.rows, v.planned)
+            # a configuration the race stopped early is left out of the common tasks (race_view.py)
+            done = set() if race is not None and race.stopped(c) else finished_tasks(v.rows, v.planned)
             fam[v.family].append((c, v.judge, done, planned_tasks(v.rows, v.planned), rows))
             who[v.family].append(v.who())
             # only a family of two or more compares per metric, among the members that finished a task
@@ -277,16 +282,18 @@ def _reduce_store(store: Any, bench: Any, judge: str | None, score_failures: str
     if not multi:
         return out
     common = {f: common_set([x[2] for x in m]) for f, m in multi.items()}
+    n_stopped = {f: sum(race is not None and race.stopped(x[0]) for x in m) for f, m in multi.items()}
     texts = {f: common_note(len(common[f]), len(set().union(*(x[3] for x in m)) - common[f]), len(m),
-                            sum(not x[2] for x in m)) for f, m in multi.items()}
+                            sum(not x[2] for x in m) - n_stopped[f], n_stopped[f]) for f, m in multi.items()}
     special = {f: metric_common(lacks[f], common[f]) if common[f] else {} for f in multi}
     by_family: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {f: {} for f in multi}
     again: set[str] = set()
     for f, m in multi.items():
         for c, j, _, planned, rows in m:
             # nothing of its plan is cut (or nothing to compare on: each over its own plan), and no
-            # metric is compared on fewer tasks: the same numbers, another scope
-            if not special[f] and (planned <= common[f] or not common[f]):
+            # metric is compared on fewer tasks: the same numbers, another scope; a configuration the
+            # race stopped early is shown by its decision interval whatever the scope
+            if (not special[f] and (planned <= common[f] or not common[f])) or (race is not None and race.stopped(c)):
                 by_family[f][(c, j)] = [dict(r, scope=COMMON, tasks_dropped=0,
                                              note=" ".join(x for x in (texts[f], r["note"]) if x)) for r in rows]
             else:

@@ -113,6 +113,12 @@ _METRIC_FIELDS: list[pa.Field[Any]] = [
     # the model's knowledge cutoff (YYYY-MM-DD) its plan was read under (engine/scoring/cutoff.py:
     # the <metric>.after_cutoff rows are over the questions dated after it); null: unknown
     pa.field("knowledge_cutoff", pa.string()),
+    # a raced run (engine/scoring/race_view.py): "STOPPED EARLY" or "SCREENING" on every row of a
+    # configuration the race stopped (its value is then NaN or a screening mean), else null
+    pa.field("race", pa.string()),
+    # a judge that failed its own checks (engine/scoring/judge_checks.py): the sentence, on each of its
+    # judge-based rows, else null
+    pa.field("judge_check", pa.string()),
 ]
 
 METRIC_SCHEMA = pa.schema(_METRIC_FIELDS)

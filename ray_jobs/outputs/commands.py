@@ -35,6 +35,7 @@ def metrics(a: argparse.Namespace) -> int:
             raise CliError(f"unexpected argument {x!r} (see dateline metrics --help)")
     _require_run_dir(a.run_dir)
     from engine.benchmarks import get_benchmark
+    from engine.scoring.judge_checks import FAILED
     from engine.scoring.judges import SELF_JUDGED
     from engine.scoring.metric_table import split_notes, store_benchmarks
     from engine.scoring.outcomes import count_notes, interval_cell, n_cell
@@ -57,10 +58,14 @@ def metrics(a: argparse.Namespace) -> int:
             _no_such_judge(a.run_dir, name, judge, reduce_store(store, bench, None, policy))
         sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
                                [(r["model"], r["config_hash"],
-                                 (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
-                                 r["metric"], r["value"], interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
+                                 (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else "")
+                                 + (f" ({FAILED})" if r.get("judge_check") else ""),
+                                 r["metric"], "-" if r.get("race") and r["value"] != r["value"] else r["value"],
+                                 interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
         for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
             sys.stdout.write(note + "\n")
+        for j, why in sorted({(str(r["judge"]), str(r["judge_check"])) for r in mine if r.get("judge_check")}):
+            sys.stdout.write(f"judge {j}: {why}\n")
         for r in first_per_config(mine):                # its judge's coverage, its plan
             for note in count_notes(r):
                 sys.stdout.write(f"{r['model']} [{r['config_hash'][:8]}]: {note}\n")

@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.scoring import cutoff, outcomes
+from engine.scoring.judge_checks import FAILED
 from engine.scoring.outcome_marks import warnings_of
 from ray_jobs.outputs import inspect as inspect_logs
 from ray_jobs.outputs.report.episodes import EpisodeView
@@ -90,8 +91,9 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
         first = firsts[(bench, h, judge)]
         c = outcomes.Counts.of_row(first)
         agent, data = json.loads(first["agent"] or "{}"), json.loads(first["data"] or "{}")
+        check = next((str(r["judge_check"]) for r in rs if r.get("judge_check")), "")   # judge_checks.py
         marks = (["INCOMPLETE"] * c.incomplete + [outcomes.PARTIALLY_JUDGED] * c.partially_judged
-                 + [SELF_JUDGED.upper()] * bool(first["self_judged"])
+                 + [SELF_JUDGED.upper()] * bool(first["self_judged"]) + [FAILED] * bool(check)
                  + [w.split(":")[0].strip() for w in warnings_of(get_benchmark(bench), agent, data)])
         params: dict[str, Any] = {"benchmark": bench, "model": first["model"], "config_hash": h,
                                   "judge": judge or "none", "score_failures": first["score_failures"],
@@ -117,10 +119,10 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
             interval["dateline.adaptive_wording"] = adaptive["wording"]
             if ad["reason"]:
                 interval["dateline.adaptive_reason"] = ad["reason"][:4000]
-            if ad["state"] == "stopped_early":
-                marks.append(outcomes.STOPPED_EARLY_MARK)
+            if ad["state"] == "stopped_early":      # halving's drop is SCREENING (engine/scoring/race_view.py)
+                marks.append(outcomes.SCREENING_MARK if adaptive.get("screening") else outcomes.STOPPED_EARLY_MARK)
         for r in rs:
-            if ad is not None and ad["state"] == "stopped_early":
+            if ad is not None and ad["state"] == "stopped_early" and not adaptive.get("screening"):
                 break                   # never a bare mean after adaptive stopping: the interval above instead
             if outcomes.own_plan(r):
                 continue                # nothing to compare on: its own plan, exported above unprefixed (issue 46)
@@ -138,6 +140,8 @@ def _records(run_dir: str) -> Iterator[dict[str, Any]]:
             values.append({"metric": r["metric"], "scope": outcomes.COMMON if prefix else outcomes.ALL,
                            "value": float(r["value"]), "n": int(r["n"]), "lo": metrics.get(f"{m}.lo"),
                            "hi": metrics.get(f"{m}.hi"), "interval": r.get("interval") or ""})
+        if check:
+            interval["dateline.judge_check"] = check[:4000]
         tags = interval | {"dateline.incomplete": str(c.incomplete).lower(),
                 "dateline.self_judged": str(bool(first["self_judged"])).lower(),
                 "dateline.marks": ", ".join(marks) or "none",

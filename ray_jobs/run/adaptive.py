@@ -37,6 +37,7 @@ from engine.config import Config, stable_hash, to_plain
 from engine.errors import ConfigError
 from engine.inputs.order import TaskOrder, order_record, task_order
 from engine.scoring.anytime import rescale
+from engine.scoring.race_view import stop_counts
 from engine.scoring.racing import SCREENING, Decision, Design, Race
 from ray_jobs.run.planning import Point
 
@@ -57,8 +58,15 @@ def design_of(cfg: Config) -> Design:
     return Design(strategy="anytime_valid", alpha=st.alpha, min_tasks=st.min_tasks, half_width=st.half_width)
 
 
-def wording(design: Design, stopped: int, total: int, comparisons: int, n_tasks: int) -> str:
-    """What every output of an adaptive run says with its numbers."""
+def wording(design: Design, stopped: int, total: int, comparisons: int, n_tasks: int, after: int = 0) -> str:
+    """What every output of an adaptive run says with its numbers; ``stopped``, ``after`` and
+    ``total`` from :func:`engine.scoring.race_view.stop_counts` (the one count of them)."""
+    return _wording(design, stopped, total, comparisons, n_tasks) + (
+        f" {after} more {'was' if after == 1 else 'were'} decided against after every task ran (its mean is over "
+        "the full set)." if after else "")
+
+
+def _wording(design: Design, stopped: int, total: int, comparisons: int, n_tasks: int) -> str:
     if design.screening:
         return (f"SCREENING: {stopped} of {total} configurations were dropped by successive halving (rungs "
                 f"{list(design.rungs)}, eta {design.eta:g}), a fixed budget with NO error guarantee; survivors are "
@@ -267,9 +275,10 @@ class Racer:
                 "interval_kind": "anytime-valid confidence sequence for the mean over all "
                                  f"{self.race.n_tasks} tasks ({self.design.family})"}
         comparisons = k * (k - 1) // 2 if self.design.strategy == "race" else max(k - 1, 1)
+        stopped, after, _ = stop_counts(per)
         return self.record | {
             "decisions": self.logged, "configurations": per, "cost": self.cost(),
-            "wording": wording(self.design, len(self.race.stopped), k, comparisons, self.race.n_tasks),
+            "wording": wording(self.design, stopped, k, comparisons, self.race.n_tasks, after),
             "screening": self.design.screening}
 
     def cost(self) -> dict[str, Any]:

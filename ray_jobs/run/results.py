@@ -133,6 +133,7 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
         if j:
             out.append(f"judge {j}" + (f"  **{SELF_JUDGED.upper()}**: {self_judged_note(these[0]['judge_model'])}"
                                        if these[0]["self_judged"] else ""))
+        out += sorted({str(r["judge_check"]) for r in these if r.get("judge_check")})   # judge_checks.py
         c = outcomes.Counts.of_row(these[0])
         policy = these[0].get("score_failures") or "as_wrong"
         out.append(("INCOMPLETE: " if c.incomplete else "") + c.describe()
@@ -141,7 +142,10 @@ def summary(rows: list[dict[str, Any]], config_hash: str) -> str:
         if not j and these[0].get("note"):
             out.append(str(these[0]["note"]))
         out += outcomes.count_notes(these[0])
-        if c.n_stopped_early:           # never a bare mean after adaptive stopping: its interval is printed below
+        if these[0].get("race") == outcomes.SCREENING_MARK:     # halving's drop: its means marked, no interval
+            out.append(f"{outcomes.SCREENING_MARK}: dropped by successive halving; the means below are over the tasks "
+                       "it ran, not estimates of its full-set scores (no error guarantee)")
+        elif c.n_stopped_early:         # never a bare mean after adaptive stopping: its interval is printed below
             out.append(f"{outcomes.STOPPED_EARLY_MARK}: {outcomes.STOPPED_EARLY_NOTE}")
             continue
         out.append(table(["metric", "value", "n"], [(r["metric"], r["value"], r["n"]) for r in these]))

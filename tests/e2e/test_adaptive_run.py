@@ -15,6 +15,7 @@ when it is stored) over the bundled sample's 12 questions in the run's random or
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -77,7 +78,11 @@ def test_a_race_stops_the_loser_and_a_resume_re_derives_it(tmp_path, capsys):
         from engine.scoring import metric_table
         rows = [r for r in metric_table.refresh(EpisodeStore(run)) if r["config_hash"] == bad
                 and r["metric"] == "answer_contains_gold"]
-        assert rows and rows[0]["n_stopped_early"] == len(stopped) and rows[0]["value"] == 0.0
+        # no bare mean: the row carries the decision interval and the mark (engine/scoring/race_view.py)
+        lo, hi = ad["configurations"][bad]["interval"]
+        assert rows and rows[0]["n_stopped_early"] == len(stopped) and math.isnan(rows[0]["value"])
+        assert (rows[0]["lo"], rows[0]["hi"], rows[0]["interval"], rows[0]["race"]) == (lo, hi, "anytime_valid",
+                                                                                       "STOPPED EARLY")
 
         # the report and the export carry the wording and the intervals, never the stopped one's bare mean
         from ray_jobs.outputs.export import _records
@@ -171,3 +176,21 @@ def test_halving_is_screening_in_every_output(tmp_path, capsys):
     assert sorted(states.values()).count("stopped_early") == 2
     assert all(d["reason"].startswith("screening:") and d["t"] == 3 for d in ad["decisions"])
     assert out.count("SCREENING") >= 3
+
+    # issue 46, finding 3: every output says SCREENING for a dropped configuration (its mean over the
+    # tasks it ran, no interval), never STOPPED EARLY or an anytime-valid interval halving does not have
+    from tests.everywhere import seen
+
+    s = seen(run, "livenews", tmp_path / "out", show=False)
+    dropped = [h for h, st in states.items() if st == "stopped_early"]
+    for h in dropped:
+        lines = [ln for ln in s.metrics.splitlines() if h in ln]
+        assert lines and all("SCREENING" in ln and "anytime-valid" not in ln and "STOPPED EARLY" not in ln
+                             for ln in lines), lines
+        api = [r for r in s.api if r["config_hash"] == h and r["metric"] != "scored_share"]
+        assert api and all(r["race"] == "SCREENING" and r["interval"] == "screening" for r in api)
+        [rec] = [r for r in s.mlflow if r["params"]["config_hash"] == h]
+        assert "SCREENING" in rec["tags"]["dateline.marks"] and "STOPPED EARLY" not in rec["tags"]["dateline.marks"]
+    for text in (s.tables, s.report_md):
+        assert "SCREENING (n=" in text and "mean of the tasks it ran, not a full-set estimate" in text
+        assert "anytime-valid interval" not in text and "STOPPED EARLY" not in text

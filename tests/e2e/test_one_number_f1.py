@@ -108,3 +108,43 @@ def test_a_judge_that_is_one_of_the_compared_models_marks_the_whole_comparison(t
     assert {r["model"] for r in accs} == {"scripted", "rival"} and all(r["self_judged"] for r in accs), accs
     assert rows_with(s.metrics, "rival") and all("(self-judged)" in ln for ln in rows_with(s.metrics, "accuracy"))
     assert "rival [self-judged]" in s.report_md or "rival" in s.report_md.split("SELF-JUDGED", 1)[1]
+
+
+def test_a_judge_behind_a_proxy_that_lists_no_weights_is_the_model_under_test(tmp_path):
+    """Issue 46, finding 8: a proxy in front of server A lists ``scripted`` with no weights (no
+    ``root``). The judge there, under the served name of the model under test, cannot be told from
+    it: same name and no way to tell is the same model, marked SELF-JUDGED with the reason, never an
+    independent judge (before the fix: accuracy 1.000 unmarked, where the hand value is 0)."""
+    proxy = [{"id": "scripted", "max_model_len": 8192}]
+    with FakeOpenAI(wrong_but_lenient, models=serving("/models/qwen")) as a, \
+            FakeOpenAI(wrong_but_lenient, models=proxy) as p:
+        judge = [x for x in judged(p.base_url) if not x.startswith("judge.model=")] + ["judge.model=scripted"]
+        sweep([live_cfg(a.base_url, tmp_path, "benchmark.limit=2", *judge)])
+    s = seen(tmp_path, "livenews", tmp_path / "out", export=False, show=False)
+    (acc,) = [r for r in s.api if r["metric"] == "accuracy" and r["scope"] == "all"]
+    assert (acc["value"], acc["n"], acc["self_judged"]) == (1.0, 2, True)
+    (line,) = rows_with(s.metrics, "accuracy", "1.000", "2")
+    assert "(self-judged)" in line and "**SELF-JUDGED**" in s.tables
+    assert "share a served name and an endpoint does not report its weights" in s.report_md
+
+
+def test_an_endpoint_swapped_for_another_with_no_model_list_is_refused(tmp_path):
+    """Issue 46, finding 8: servers A (answers RIGHT) and B (answers WRONG) list no models. A run of
+    2 tasks against A, then ``benchmark.limit=4`` against B under the same ``model.name``: dateline
+    cannot tell B from A, so it refuses rather than mix them (before the fix: accepted, the
+    configuration read 0.500 over 4 where each alone is 1.0 and 0.0). The same limit against A again
+    (the same URL) is accepted: 2 reused, 2 run, 1.000 (n=4)."""
+    def answers(text):
+        return lambda messages, req: FINISH.format(text)
+
+    with FakeOpenAI(answers("RIGHT")) as a, FakeOpenAI(answers("WRONG")) as b, FakeOpenAI(grader) as j:
+        sweep([live_cfg(a.base_url, tmp_path, "benchmark.limit=2", *judged(j.base_url))])
+        with pytest.raises(ConfigError, match=r"model\.base_url: .*neither endpoint reports what it serves"):
+            sweep([live_cfg(b.base_url, tmp_path, "benchmark.limit=4", *judged(j.base_url))])
+        assert not b.requests
+        before = len(a.requests)
+        sweep([live_cfg(a.base_url, tmp_path, "benchmark.limit=4", *judged(j.base_url))])
+        assert len(a.requests) - before == 2
+    s = seen(tmp_path, "livenews", tmp_path / "out", export=False, show=False)
+    (acc,) = [r for r in s.api if r["metric"] == "accuracy" and r["scope"] == "all" and r["judge"]]
+    assert (acc["value"], acc["n"]) == (1.0, 4)

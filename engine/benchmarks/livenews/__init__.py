@@ -51,6 +51,10 @@ class LiveNewsBenchmark(BenchmarkBase):
     curve = ("max_searches", "accuracy")
     failure_values = metrics.FAILURE_VALUES
     judge_metrics = metrics.JUDGE_METRICS
+    # the judge's own checks (benchmark.judge_probes) and their default minimum shares; below one, every
+    # number the judge produced is marked JUDGE FAILED ITS CHECKS (engine/scoring/judge_checks.py;
+    # conf/judge_checks.yaml sets other minimums)
+    judge_checks = {"judge_probe_gold_ok": 0.9, "judge_probe_decoy_ok": 0.9}
     metric_order = metrics.METRIC_ORDER
     metric_kinds = metrics.METRIC_KINDS
     prompt_version = source_version(prompts)

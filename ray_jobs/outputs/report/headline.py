@@ -13,9 +13,12 @@ from typing import Any
 
 from engine.benchmarks import get_benchmark
 from engine.scoring import cutoff, outcomes
+from engine.scoring.judge_checks import FAILED
 from engine.scoring.judges import SELF_JUDGED
+from engine.scoring.race_view import RaceView
+from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.page import Page, est
-from ray_jobs.outputs.report.sections import BenchmarkSection, JudgedBlock, num
+from ray_jobs.outputs.report.sections import BenchmarkSection, ConfigGroup, JudgedBlock, num
 from ray_jobs.outputs.runs_behind import RunsBehind, tasks_text
 
 ALPHA = 0.05
@@ -37,12 +40,14 @@ class Headline:
     compared: str
     verdicts: list[Verdict] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    judge_check: str = ""            # why its judge's numbers are marked JUDGE FAILED ITS CHECKS
 
 
 def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
     out = []
     for s in sections:
         bench = get_benchmark(s.name)
+        race = RaceView.read(EpisodeStore(s.root))          # an adaptive run's decisions (race_view.py)
         failures = []
         for g in s.groups:
             c = g.counts or outcomes.count(g.rows, g.planned)
@@ -52,9 +57,11 @@ def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
         for b in s.blocks:
             marks = [SELF_JUDGED.upper()] if any(g.self_judged for g in b.groups) else []
             marks += ["INCOMPLETE"] * any((g.counts is not None and g.counts.incomplete) for g in b.groups)
-            h = Headline(s.name, s.root, b.judge, marks, _compared(b), failures=failures)
+            marks += [FAILED] * bool(b.judge_check)             # engine/scoring/judge_checks.py
+            h = Headline(s.name, s.root, b.judge, marks, _compared(b, race), failures=failures,
+                         judge_check=b.judge_check)
             for m in bench.primary_metrics:
-                if (v := _verdict(b, m, m in getattr(bench, "lower_is_better", ()))) is not None:
+                if (v := _verdict(b, m, m in getattr(bench, "lower_is_better", ()), race)) is not None:
                     h.verdicts.append(v)
                 if cutoff.splits(bench) and b.groups:
                     h.verdicts.append(_after_cutoff(b, m, m in getattr(bench, "lower_is_better", ())))
@@ -62,18 +69,26 @@ def headlines(sections: Sequence[BenchmarkSection]) -> list[Headline]:
     return out
 
 
-def _compared(b: JudgedBlock) -> str:
-    n = len(b.groups)
-    tasks = {t for g in b.groups for t in g.value_tasks}
-    what = ", ".join(g.label for g in b.groups[:6]) + (f" and {n - 6} more" if n > 6 else "")
-    own = b.scope != outcomes.COMMON or b.scope_note.startswith("No task was finished")    # the F3 fallback
+def _compared(b: JudgedBlock, race: RaceView | None = None) -> str:
+    stopped = [g for g in b.groups if race is not None and race.stopped(g.config_hash)]
+    kept = [g for g in b.groups if g not in stopped]
+    n = len(kept)
+    tasks = {t for g in kept for t in g.value_tasks}
+    what = ", ".join(g.label for g in kept[:6]) + (f" and {n - 6} more" if n > 6 else "")
+    own = b.scope != outcomes.COMMON or b.scope_note.startswith(outcomes.OWN_PLAN)    # the F3 fallback
     scope = "" if n < 2 else " each over its own plan" if own else " on the tasks every one of them finished"
-    return f"{n} configuration(s) ({what}), {len(tasks)} task(s){scope}"
+    text = f"{n} configuration(s) ({what}), {len(tasks)} task(s){scope}"
+    if stopped and race is not None:
+        text += (f"; {len(stopped)} more {race.mark} by the race ({', '.join(g.label for g in stopped)}), shown by "
+                 + ("their means over the tasks they ran, not full-set estimates" if race.screening
+                    else "their decision intervals, never means") + ", and in no comparison")
+    return text
 
 
-def _verdict(b: JudgedBlock, metric: str, lower: bool) -> Verdict | None:
+def _verdict(b: JudgedBlock, metric: str, lower: bool, race: RaceView | None = None) -> Verdict | None:
     ranked = [(g, b.estimates.get(g.config_hash, {}).get(metric)) for g in b.groups]
-    have = [(g, e) for g, e in ranked if e is not None and not math.isnan(e.value)]
+    have = [(g, e) for g, e in ranked if e is not None and not math.isnan(e.value)
+            and not (race is not None and race.stopped(g.config_hash))]
     if not have:
         return None
     have.sort(key=lambda ge: ge[1].value, reverse=not lower)
@@ -85,7 +100,10 @@ def _verdict(b: JudgedBlock, metric: str, lower: bool) -> Verdict | None:
     if num(e.value) == num(e2.value):
         tied = [g.label for g, x in have if num(x.value) == num(e.value)]
         return Verdict(metric, f"{metric}: tie at {num(e.value)} between {', '.join(tied)}")
-    sure = _paired(b, metric, best.label, second.label)
+    if race is not None and metric == race.metric:          # the race decided on this metric: its words, not a test
+        sure = _raced(race, best, second)
+    else:
+        sure = _paired(b, metric, best.label, second.label)
     return Verdict(metric, f"{metric}: {word} {best.label} {est(e)}, then {second.label} {est(e2)}; {sure}")
 
 
@@ -101,6 +119,18 @@ def _after_cutoff(b: JudgedBlock, metric: str, lower: bool) -> Verdict:
     text = "; ".join([f"{g.label} {est(e)}" for g, e in have] + rest)
     return Verdict(m, f"{metric} over the questions after each model's knowledge cutoff: {text}"
                       + (" (each over its own model's questions: not a paired comparison)" if len(have) > 1 else ""))
+
+
+def _raced(race: RaceView, best: ConfigGroup, second: ConfigGroup) -> str:
+    """How sure the order of two configurations the race did not stop is, in the race's terms: a
+    paired fixed-sample test after adaptive stopping would contradict it (issue 46, finding 2)."""
+    for g in (second, best):
+        s = race.standing(g.config_hash)
+        if s is not None and s.decided:
+            return (f"the race decided against {g.label} at t = {s.tasks_admitted} of {s.n_tasks} (anytime-valid, "
+                    f"{100 * s.level:.0f}%): {s.reason}")
+    return (f"the race made no decision between {best.label} and {second.label} at its level (anytime-valid "
+            "confidence sequences): not distinguishable by this run")
 
 
 def _paired(b: JudgedBlock, metric: str, a: str, c: str) -> str:
@@ -123,6 +153,8 @@ def render_headline(page: Page, items: Sequence[Headline]) -> None:
         marks = f" [{', '.join(h.marks)}]" if h.marks else ""
         page.strong(f"{h.benchmark} ({h.root}), {judge}{marks}")
         page.para(f"Compared: {h.compared}.")
+        if h.judge_check:
+            page.strong(h.judge_check)
         for v in h.verdicts:
             page.para(v.text)
         if h.failures:
@@ -134,8 +166,6 @@ def render_provenance(page: Page, roots: Sequence[Path]) -> None:
     per command that produced some configuration's newest numbers, with how many configurations
     that is and which tasks they took (issue 46: the newest command alone misled when another ran
     most of the page)."""
-    from engine.storage import EpisodeStore
-
     rows = []
     for root in roots:
         behind = RunsBehind(EpisodeStore(root))

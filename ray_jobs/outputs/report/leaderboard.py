@@ -17,6 +17,7 @@ from engine.scoring import cutoff, outcomes, stats
 from engine.scoring import views as sv
 from engine.scoring.judges import SELF_JUDGED
 from engine.scoring.outcome_marks import warnings_of
+from engine.scoring.race_view import RACED, RaceView
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.compute_runs import config_group, judged_block
 from ray_jobs.outputs.report.sections import ConfigGroup, JudgedBlock, label_groups, num
@@ -34,6 +35,7 @@ class Entry:
     vs_leader: str              # "leader" | "interval overlaps the leader's" | "below the leader's interval"
     also: stats.Estimate | None = None      # the board's other number (Leaderboard.also), None: none
     also_missing: str = ""                  # why it has none ("cutoff unknown", ...)
+    race: str = ""                          # STOPPED EARLY or SCREENING (engine/scoring/race_view.py)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Leaderboard:
     # metric over all questions, or after each model's knowledge cutoff), and what it ranks on and why
     also: str = ""
     ranking_note: str = ""
+    judge_check: str = ""       # its judge failed its own checks: why (engine/scoring/judge_checks.py)
 
 
 @dataclass
@@ -69,13 +72,17 @@ def cross_run_section(roots: list[Path], name: str, n_boot: int, judge: str | No
     views: list[sv.ConfigView] = []
     judges: dict[str, dict[str, str]] = {}
     where: dict[str, Path] = {}
+    races: dict[str, RaceView] = {}             # view key -> the race of its run dir (race_view.py)
     for i, root in enumerate(roots):
         store = EpisodeStore(root, bench.episode_fields)
         judges |= store.judges()
+        race = RaceView.read(store)
         for v in sv.config_views(store, bench, judge, score_failures):
             key = f"{v.config_hash}@{i}"       # one entry per configuration and run dir
             where[key] = root
             views.append(replace(v, config_hash=key))
+            if race is not None:
+                races[key] = race
     groups: dict[str, ConfigGroup] = {}
     for v in views:
         groups.setdefault(v.config_hash, config_group(v))
@@ -83,7 +90,7 @@ def cross_run_section(roots: list[Path], name: str, n_boot: int, judge: str | No
     label_groups(ordered)
     labels = {g.config_hash: f"{g.label} ({where[g.config_hash].name})" for g in ordered}
     blocks = [judged_block(bench, name, jid, judges.get(jid, {}), [v for v in views if v.judge == jid], labels,
-                           n_boot, all_tasks) for jid in sorted({v.judge for v in views})]
+                           n_boot, all_tasks, races) for jid in sorted({v.judge for v in views})]
     boards = [board for b in blocks for m in bench.primary_metrics
               if (board := ranked(bench, b, m, {h: str(r) for h, r in where.items()})) is not None]
     return CrossRunSection(name, roots, n_boot, blocks, boards)
@@ -126,6 +133,10 @@ def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mappi
     have = [(g, e) for g in b.groups if (e := b.estimates.get(g.config_hash, {}).get(metric)) is not None]
     if not have:
         return None
+    # a raced sweep ranks by the race's outcome: the configurations it stopped come after every one it
+    # kept, latest stop first, with their decision interval (or SCREENING) and no rank
+    raced = [(g, e) for g, e in have if e.method in RACED]
+    have = [ge for ge in have if ge[1].method not in RACED]
     valued = sorted([ge for ge in have if not math.isnan(ge[1].value)], key=lambda ge: ge[1].value, reverse=not lower)
     lead = valued[0][1] if valued else None
     entries = []
@@ -136,7 +147,12 @@ def leaderboard(bench: Benchmark[Any], b: JudgedBlock, metric: str, where: Mappi
                              _marks(bench, g), _vs(e, lead, lower), *_also(b, g, also)))
     entries += [Entry("-", g.label, where.get(g.config_hash, ""), e, _counts(g), _marks(bench, g), "no value",
                       *_also(b, g, also)) for g, e in have if math.isnan(e.value)]
-    return Leaderboard(b.judge, metric, lower, any(g.self_judged for g in b.groups), b.scope_note, entries, also)
+    raced.sort(key=lambda ge: -_counts(ge[0]).n_scored)
+    entries += [Entry("-", g.label, where.get(g.config_hash, ""), e, _counts(g),
+                      (*_marks(bench, g), g.race),
+                      "stopped by its run dir's race (not ranked)", *_also(b, g, also), race=g.race) for g, e in raced]
+    return Leaderboard(b.judge, metric, lower, any(g.self_judged for g in b.groups), b.scope_note, entries, also,
+                       judge_check=b.judge_check)
 
 
 def _also(b: JudgedBlock, g: ConfigGroup, also: str) -> tuple[stats.Estimate | None, str]:

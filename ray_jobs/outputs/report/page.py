@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.scoring import stats
+from engine.scoring import outcomes, stats
 from ray_jobs.outputs.report import tables
 from ray_jobs.outputs.report.sections import num
 
@@ -136,7 +136,10 @@ def _td(text: str) -> str:
 def est(e: stats.Estimate) -> str:
     """``0.000 [0.000, 0.168] (n=20, exact)``; ``0.512 [0.40, 0.61] (n=30, bootstrap)``; with too few
     tasks for an interval (stats.interval), no interval and it says so: ``1 (n=2; too few tasks for an
-    interval)``."""
+    interval)``; a configuration a race stopped: its decision interval or SCREENING (race_cell)."""
+    raced = outcomes.race_cell(e.value, e.lo, e.hi, e.method, e.n, num)
+    if raced is not None:
+        return raced
     if math.isnan(e.value):
         return "n/a"
     return f"{num(e.value)}{ci(e.lo, e.hi, e.method, e.n)}"

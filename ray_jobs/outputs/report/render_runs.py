@@ -6,6 +6,7 @@ import math
 
 from engine.benchmarks import get_benchmark
 from engine.scoring import cutoff, outcomes, stats
+from engine.scoring.judge_checks import FAILED
 from engine.scoring.judges import SELF_JUDGED, self_judged_note
 from engine.scoring.outcome_marks import warnings_of
 from engine.storage import EpisodeStore
@@ -43,7 +44,7 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
                  c.n_not_run,
                  len({p.task_id for p in outcomes.plan_of(g.rows, g.planned)}), g.task_set,
                  "wrong" if g.policy == "as_wrong" else "excluded",
-                 "STOPPED EARLY" if c.n_stopped_early else "INCOMPLETE" if c.incomplete else "complete",
+                 g.race or ("STOPPED EARLY" if c.n_stopped_early else "INCOMPLETE" if c.incomplete else "complete"),
                  links.get(g.config_hash, "-")]
                 for g in s.groups if (c := g.counts or outcomes.count(g.rows, g.planned))])
     bench = get_benchmark(s.name)
@@ -69,6 +70,8 @@ def render_benchmark(page: Page, s: BenchmarkSection, episodes: int = 500) -> No
                       f"that judge's block.")
             if b.self_judged:
                 page.strong(f"{SELF_JUDGED.upper()}: " + self_judged_note(info.get("model", b.judge)))
+            if b.judge_check:
+                page.strong(b.judge_check)
             level = 4
         render_block(page, s.name, b, level)
     page.heading("Tokens and cost", 3)
@@ -152,8 +155,7 @@ def render_block(page: Page, name: str, b: JudgedBlock, level: int) -> None:
     cutoff_lines(page, name, b)
     # what every column is over: the configuration's plan (scored / planned, marked when incomplete)
     rows: list[list[Cell]] = [["episodes (scored/planned)",
-                               *[outcomes.n_cell((g.counts or outcomes.count(g.rows, g.planned)).columns())
-                                 for g in b.groups]]]
+                               *[g.n_cell() for g in b.groups]]]
     for m in b.metrics:
         cells: list[Cell] = []
         for g in b.groups:
@@ -203,16 +205,18 @@ def render_leaderboard(page: Page, lb: Leaderboard, level: int) -> None:
     """One judge's ranking by one metric: ties share a rank, marks beside each configuration, and
     what the values are over under it."""
     judge = f"judge {lb.judge}" if lb.judge else "no judge"
-    mark = f" [{SELF_JUDGED.upper()}]" if lb.self_judged else ""
+    mark = (f" [{SELF_JUDGED.upper()}]" if lb.self_judged else "") + (f" [{FAILED}]" if lb.judge_check else "")
     way = "lower is better" if lb.lower_is_better else "higher is better"
     page.heading(f"Leaderboard by {lb.metric} ({judge}){mark}", level)
     if lb.self_judged:
         page.strong(f"{SELF_JUDGED.upper()}: the judge is one of the compared models; these ranks are not measurements.")
+    if lb.judge_check:
+        page.strong(lb.judge_check)
     beside = [f"{lb.also} (95% interval, n)"] if lb.also else []
     page.table(["rank", "configuration", f"{lb.metric} (95% interval, n; {way})", *beside, "vs leader",
                 "scored/planned", "marks", "run dir"],
                [[f"#{e.rank}", e.label, est(e.estimate), *([est(e.also) if e.also else e.also_missing] if lb.also else []),
-                 e.vs_leader, outcomes.n_cell(e.counts.columns()), ", ".join(e.marks) or "-", e.root]
+                 e.vs_leader, outcomes.n_cell(e.counts.columns() | {"race": e.race}), ", ".join(e.marks) or "-", e.root]
                 for e in lb.entries])
     if lb.ranking_note:
         page.strong(lb.ranking_note)
@@ -241,6 +245,8 @@ def render_cross_runs(page: Page, s: CrossRunSection) -> None:
     for b in s.blocks:
         if b.judge:
             page.heading(f"Judge {b.judge}", 3)
+        if b.judge_check:
+            page.strong(b.judge_check)
         render_block(page, s.name, b, 4 if b.judge else 3)
 
 

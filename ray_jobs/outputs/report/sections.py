@@ -47,6 +47,11 @@ class ConfigGroup:
     counts: outcomes.Counts | None = None             # over its whole plan
     task_set: str = ""
     knowledge_cutoff: str = ""      # its model's, as its plan recorded it ("" unknown: engine/scoring/cutoff.py)
+    race: str = ""                  # STOPPED EARLY or SCREENING: its run dir's race stopped it (race_view.py)
+
+    def n_cell(self) -> str:
+        """Its "scored/planned" cell, marked as every output marks it (outcomes.n_cell)."""
+        return outcomes.n_cell((self.counts or outcomes.count(self.rows, self.planned)).columns() | {"race": self.race})
 
     @property
     def ok(self) -> list[Row]:
@@ -117,6 +122,7 @@ class JudgedBlock:
     paper_tables: dict[str, str]        # title -> Markdown, from bench.tables
     curve: Curve | None
     per_task: PerTask | None
+    judge_check: str = ""               # the judge failed its own checks: why (engine/scoring/judge_checks.py)
 
     @property
     def self_judged(self) -> bool:
