@@ -5,6 +5,7 @@ it stays in ``outcomes.py``, which re-exports these names."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from engine.protocol import Row
@@ -49,8 +50,7 @@ def metric_common(members: Sequence[Mapping[str, set[str]]], common: set[str]) -
 def metric_note(metric: str, tasks: set[str], common: set[str]) -> str:
     """The sentence under a metric compared on fewer tasks than the rest (:func:`metric_common`)."""
     if not tasks:
-        return (f"{metric}: no task has a value of it from every compared configuration: each configuration's "
-                f"{metric} is over its own plan.")
+        return f"{metric}: {NO_COMMON_VALUE}: each configuration's {metric} is over its own plan."
     return (f"{metric}: on the {len(tasks)} task(s) every compared configuration has a value for "
             f"({len(common - tasks)} more dropped).")
 
@@ -92,6 +92,13 @@ def common_note(n_common: int, dropped: int, n_configs: int, n_none: int = 0, n_
             f"over its own plan with --all-tasks.{left_out}")
 
 
+# what :func:`metric_note` says of a metric no task has a value of from every compared configuration
+NO_COMMON_VALUE = "no task has a value of it from every compared configuration"
+
+
 def own_plan(row: Mapping[str, object]) -> bool:
-    """A row of scope common that is its configuration over its own plan (nothing to compare on)."""
-    return row.get("scope") == COMMON and str(row.get("note") or "").startswith(OWN_PLAN)
+    """A row of scope common that is its configuration over its own plan: nothing to compare on
+    at all, or nothing for its metric (:func:`metric_note`); exports never label it ``common``."""
+    note = str(row.get("note") or "")
+    mine = re.search(rf"(^|\s){re.escape(str(row.get('metric')))}: {NO_COMMON_VALUE}", note)
+    return row.get("scope") == COMMON and (note.startswith(OWN_PLAN) or mine is not None)

@@ -78,3 +78,15 @@ def test_a_judge_fails_on_its_pooled_probes_and_marks_only_its_judge_based_rows(
     assert why.startswith("JUDGE FAILED ITS CHECKS: judge_probe_gold_ok 0.833 over 12 probes, below its minimum 0.9")
     marked = judge_checks.mark_rows(LIVE, rows)
     assert [bool(r.get("judge_check")) for r in marked] == [True, True, True, False]
+
+
+def test_a_metric_compared_on_no_common_task_is_its_own_plan_not_common():
+    """Issue 46, finding 5: a row of scope common whose metric no task has a value of from every
+    configuration is over its own plan (metric_note), so exports never label it ``common.*``."""
+    from engine.scoring.outcomes import COMMON, common_note, metric_note, own_plan
+
+    note = " ".join([common_note(4, 0, 2), metric_note("visits_mean", set(), {"t1"})])
+    assert own_plan({"scope": COMMON, "metric": "visits_mean", "note": note})
+    assert not own_plan({"scope": COMMON, "metric": "mean", "note": note})       # not another metric's note
+    assert not own_plan({"scope": COMMON, "metric": "accuracy", "note": note})
+    assert own_plan({"scope": COMMON, "metric": "accuracy", "note": common_note(0, 3, 2, 1)})
