@@ -259,12 +259,19 @@ def pairwise_section(root: Path, n_boot: int, human: Path | None,
     current = current_plan(store)
     protos = []
     for v in load_verdicts(store, current):
-        jmodel = judges.get(v.judge, {}).get("model", "")
-        self_judged = bool(jmodel) and same_model(judges.get(v.judge, {}).get("weights"), [jmodel],
-                                                  [s.get("weights_id") for s in systems], [s["model"] for s in systems])
-        protos.append(protocol_section(v, [label.get(i, i) for i in v.systems()], jmodel if self_judged else "",
+        protos.append(protocol_section(v, [label.get(i, i) for i in v.systems()], self_judged_model(judges, systems,
+                                                                                                    v.judge),
                                        n_boot, human))
     return PairwiseSection(root, systems, judging_cost(store.run_infos("pairwise-"), prices), protos, current)
+
+
+def self_judged_model(judges: Mapping[str, dict[str, str]], systems: list[dict[str, Any]], judge: str) -> str:
+    """The judge's model when it is one of the compared systems (engine/scoring/judges.py
+    ``same_model``: the same weights, or the same served name where either side cannot tell), else ""."""
+    jmodel = judges.get(judge, {}).get("model", "")
+    same = bool(jmodel) and same_model(judges.get(judge, {}).get("weights"), [jmodel],
+                                       [s.get("weights_id") for s in systems], [s["model"] for s in systems])
+    return jmodel if same else ""
 
 
 def judging_cost(infos: list[dict[str, Any]], prices: Mapping[str, Prices] | None = None) -> JudgingCost | None:
@@ -363,15 +370,19 @@ class StageSummary:
     names: list[str]
     win: Matrix
     theta: Matrix
+    self_judged_model: str = ""         # the judge is this compared system's model (issue 46: said here too)
 
 
 def stage_summaries(root: Path) -> list[StageSummary]:
     store = PairwiseStore(root)
-    label = {s["system_id"]: s["label"] for s in store.read_json("systems.json") or []}
+    systems: list[dict[str, Any]] = store.read_json("systems.json") or []
+    label = {s["system_id"]: s["label"] for s in systems}
+    judges = store.judges()
     out = []
     for v in load_verdicts(store):
         ids, outs = v.systems(), v.outcomes()
         if outs:
             out.append(StageSummary(v.protocol, v.judge, len(outs), [label.get(i, i) for i in ids],
-                                    stats.win_rate_matrix(outs, ids), stats.bradley_terry(outs, ids, prior_games=1.0)))
+                                    stats.win_rate_matrix(outs, ids), stats.bradley_terry(outs, ids, prior_games=1.0),
+                                    self_judged_model(judges, systems, v.judge)))
     return out

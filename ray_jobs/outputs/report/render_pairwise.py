@@ -145,6 +145,9 @@ def summary_text(summaries: list[StageSummary]) -> str:
     for s in summaries:
         names, M = s.names, s.win
         out.append(f"{s.protocol} / {s.judge}: {s.verdicts} verdicts")
+        if s.self_judged_model:
+            out.append(f"**{SELF_JUDGED.upper()}**: the judge ({s.self_judged_model}) is the model of a compared "
+                       "system; these win rates are not measurements.")
         out.append("win rate (row over column, %): " + "; ".join(
             f"{names[i]} > {names[j]}: {M[i, j] * 100:.0f}" for i, j in itertools.permutations(range(len(names)), 2)
             if not math.isnan(M[i, j])))

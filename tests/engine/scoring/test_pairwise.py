@@ -382,3 +382,21 @@ def test_pairwise_hosts_its_judge_as_a_pool_and_stops_it(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     row = next(ln for ln in md.splitlines() if ln.startswith("| qwen (guided_json=True) |") and "(n=3)" in ln)
     assert f"100.0 [{0.025 ** (1 / 3) * 100:.1f}, 100.0] (n=3)" in row, row
+
+
+def test_a_pairwise_stage_names_a_self_judged_mark_in_its_own_summary(tmp_path):
+    """Issue 46, finding 8: the judge's endpoint lists no model and its name is the compared
+    systems' model (``qwen``): dateline cannot tell it from them, so the stage's own summary (what
+    ``dateline pairwise`` prints at its end) says SELF-JUDGED, as the report does."""
+    from ray_jobs.outputs.report import pairwise_summary
+
+    run_a, run_b = _runs(tmp_path)
+    out = tmp_path / "pw"
+    with FakeOpenAI(_judge_prefers(["GUIDED", "FREE"])) as srv:
+        run_pairwise(compose_pairwise([f"runs=[{run_a},{run_b}]", f"out={out}", "judge=openai_compatible",
+                                       f"judge.base_url={srv.base_url}", "judge.model=qwen", "judge.api_key_env=",
+                                       "judge.max_attempts=2"]))
+    text = pairwise_summary(out)
+    assert "**SELF-JUDGED**: the judge (qwen) is the model of a compared system" in text
+    page = build([str(out)], tmp_path / "report", n_boot=50)
+    assert "SELF-JUDGED" in page.read_text()
