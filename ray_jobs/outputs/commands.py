@@ -56,12 +56,13 @@ def metrics(a: argparse.Namespace) -> int:
         mine = [r for r in rows if r.get("scope") == "all"]
         if judge and not any(r.get("judge") for r in mine):
             _no_such_judge(a.run_dir, name, judge, reduce_store(store, bench, None, policy))
-        sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned"],
+        sys.stdout.write(table(["model", "config", "judge", "metric", "value", "95% interval", "n", "scored/planned",
+                                "marks"],
                                [(r["model"], r["config_hash"],
-                                 (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else "")
-                                 + (f" ({FAILED})" if r.get("judge_check") else ""),
+                                 (r["judge"] or "-") + (f" ({SELF_JUDGED})" if r["self_judged"] else ""),
                                  r["metric"], "-" if r.get("race") and r["value"] != r["value"] else r["value"],
-                                 interval_cell(r), r["n"], n_cell(r)) for r in mine]) + "\n")
+                                 interval_cell(r), r["n"], n_cell(r), FAILED if r.get("judge_check") else "")
+                                for r in mine]) + "\n")
         for note in sorted({str(r["note"]) for r in mine if r.get("note")}):
             sys.stdout.write(note + "\n")
         for j, why in sorted({(str(r["judge"]), str(r["judge_check"])) for r in mine if r.get("judge_check")}):

@@ -118,7 +118,8 @@ def test_ray_job_submit_dateline_run(ray_head, tmp_path):
     run_dir = tmp_path / "run"
     runtime_env = {
         "working_dir": str(REPO),
-        "excludes": [".git", ".venv", ".cache", "runs", ".hypothesis", ".pytest_cache"],
+        "excludes": [".git", ".venv", ".cache", "runs", ".hypothesis", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                     "/build"],
         # keys ensure_ray also sets: the job's must win without ray.init raising
         "env_vars": {"HF_HUB_OFFLINE": "1", "DATELINE_CACHE": str(tmp_path / "cache")},
     }
@@ -131,6 +132,8 @@ def test_ray_job_submit_dateline_run(ray_head, tmp_path):
          "agent=newsagent_rule_based", "benchmark.limit=3", f"run.dir={run_dir}", "run.progress=false"],
         env=head_env(), capture_output=True, text=True, timeout=300)
     logs = out.stdout[-6000:] + out.stderr[-3000:]
+    jobs = {j.submission_id for j in JobSubmissionClient(address).list_jobs()}
+    assert submission_id in jobs, f"the submission never became a job (submit rc {out.returncode}):\n{logs}"
     status = JobSubmissionClient(address).get_job_status(submission_id)
     assert status == JobStatus.SUCCEEDED, f"job {status} (submit rc {out.returncode}):\n{logs}"
     assert out.returncode == 0, logs
