@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.scoring import cutoff, outcomes, views
 from engine.scoring.outcome_marks import warnings_of
-from engine.scoring.race_view import ANYTIME, split_stopped
+from engine.scoring.race_view import split_stopped
 
 __all__ = ["store_benchmarks", "metric_key", "metric_table", "refresh", "split_notes", "tables_markdown"]
 
@@ -170,8 +170,7 @@ def tables_markdown(rows: Sequence[dict[str, Any]], names: Sequence[str], all_ta
             warn += "".join(f"**{w}**\n\n" for w in sorted({str(r["judge_check"]) for r in these
                                                               if r.get("judge_check")}))
             below = "".join(f"\n{n}\n" for n in notes)
-            kept, stopped = split_stopped(these, [*bench.primary_metrics, *{str(r["metric"]) for r in these
-                                                                             if r.get("interval") == ANYTIME}])
+            kept, stopped = split_stopped(these, bench.primary_metrics)
             for title, md in (bench.tables([dict(r) for r in kept]) | stopped).items():
                 out.append(f"## {name} {title}{by}\n\n{warn}{md}\n{below}")
     return "\n".join(out) if out else f"no tables defined for {', '.join(names)}\n"

@@ -131,12 +131,13 @@ class RaceView:
         return replace(e, value=math.nan, lo=math.nan, hi=math.nan, method=STOPPED)
 
 
-def split_stopped(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]
+def split_stopped(rows: Sequence[Mapping[str, Any]], primary: Sequence[str]
                   ) -> tuple[list[Mapping[str, Any]], dict[str, str]]:
     """A benchmark's table rows without the configurations a race stopped (a benchmark's own tables
     know nothing of races), and the one table every benchmark shows them in: per configuration its
-    mark, its ``n`` cell and, per metric of ``metrics`` (the primary ones and the raced one), its
-    decision interval or SCREENING mean (:func:`race_cell`)."""
+    mark, its ``n`` cell and, per metric of ``primary`` and the raced one (the rows with a decision
+    interval), its decision interval or SCREENING mean (:func:`race_cell`)."""
+    metrics = [*primary, *(str(r["metric"]) for r in rows if r.get("interval") == ANYTIME)]
     hashes = {r["config_hash"] for r in rows if r.get("race")}
     kept = [r for r in rows if r["config_hash"] not in hashes]
     stopped = [r for r in rows if r["config_hash"] in hashes and r.get("race")]

@@ -23,7 +23,7 @@ from engine.protocol import Benchmark, Row
 from engine.scoring import cutoff, judge_checks, outcomes, stats
 from engine.scoring import views as sv
 from engine.scoring.kinds import kind_of
-from engine.scoring.race_view import ANYTIME, UNTOUCHED, RaceView, split_stopped
+from engine.scoring.race_view import UNTOUCHED, RaceView, split_stopped
 from engine.storage import EpisodeStore
 from ray_jobs.outputs.report.costs import cost_rows, run_costs, tokens_chart
 from ray_jobs.outputs.report.sections import (
@@ -153,8 +153,7 @@ def judged_block(bench: Benchmark[Any], name: str, judge: str, info: dict[str, s
 
 def _paper_tables(bench: Benchmark[Any], rows: list[Row]) -> dict[str, str]:
     """The benchmark's tables of the configurations a race kept, and one table of those it stopped."""
-    kept, stopped = split_stopped(rows, [*bench.primary_metrics, *{str(r["metric"]) for r in rows
-                                                                  if r.get("interval") == ANYTIME}])
+    kept, stopped = split_stopped(rows, bench.primary_metrics)
     return bench.tables([dict(r) for r in kept]) | stopped
 
 
